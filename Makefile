@@ -1,0 +1,74 @@
+# gpuops.cluster developer entry points. `make help` lists them.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3) $(shell command -v python3.12) python3)
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+export PATH := $(CURDIR)/.cache/pythons:$(BIN):$(PATH)
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+SCENARIO ?= default
+# Molecule scenarios that `make test` runs (later issues append to this list).
+CI_SCENARIOS := $(strip $(shell cat molecule/ci-scenarios.txt 2>/dev/null | grep -v '^\#'))
+
+.PHONY: help venv units integration lint sanity test bench build docs lab lab-down molecule molecules clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(VENV)/.stamp: requirements.txt
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 12), "ansible-core 2.21 needs Python >= 3.12: set PYTHON="'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	touch $@
+
+venv: $(VENV)/.stamp ## create .venv with the pinned controller requirements
+
+units: venv ## pytest: module_utils, filters, modules, matrix schema
+	$(BIN)/pytest -q tests/unit
+
+integration: venv ## playbooks end to end through ansible-runner (no hosts changed)
+	$(BIN)/pytest -q tests/integration
+
+lint: venv ## ruff, yamllint, ansible-lint (production), changelog and plugin docs lint
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/yamllint -s .
+	$(BIN)/ansible-lint -q
+	$(BIN)/antsibull-changelog lint
+	$(BIN)/antsibull-docs lint-collection-docs --plugin-docs .
+
+sanity: venv ## ansible-test sanity on a copy at ansible_collections/gpuops/cluster
+	tests/tooling/sanity.sh
+
+test: lint sanity units integration molecules ## everything CI runs
+
+molecules: venv
+	@for s in $(CI_SCENARIOS); do $(MAKE) --no-print-directory molecule SCENARIO=$$s || exit 1; done
+
+molecule: venv ## run one molecule scenario: make molecule SCENARIO=<name>
+	molecule/lab/bin/lab-prepare
+	cd molecule/$(SCENARIO)/.. && $(BIN)/molecule test -s $(SCENARIO)
+
+lab: venv ## build the lab from nothing and run site.yml against it
+	molecule/lab/bin/lab-prepare
+	molecule/lab/bin/lab-up
+
+lab-down: ## remove the lab nodes
+	molecule/lab/bin/lab-down
+
+bench: venv ## benchmarks (figures, not timed tests)
+	$(BIN)/python -m tests.benchmarks
+
+build: venv ## ansible-galaxy collection build into build/
+	mkdir -p build
+	$(BIN)/ansible-galaxy collection build --force --output-path build .
+
+docs: venv ## render every plugin's documentation
+	tests/tooling/render-docs.sh
+
+clean: ## remove build outputs (keeps .venv)
+	rm -rf build tests/output .pytest_cache .ruff_cache

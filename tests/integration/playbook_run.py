@@ -1,0 +1,132 @@
+"""Run a playbook through ansible-runner's Python API and answer questions from its events.
+
+This is the harness the integration tests (and the rolling-upgrade tests)
+use to assert which host did what, in which order: every event ansible-runner
+reports is kept, and the helpers below read plays, tasks and results from it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ansible_runner
+
+REPO = Path(__file__).resolve().parents[2]
+
+TASK_RESULT_EVENTS = {
+    "runner_on_ok",
+    "runner_on_failed",
+    "runner_on_skipped",
+    "runner_on_unreachable",
+    "runner_item_on_ok",
+    "runner_item_on_failed",
+}
+
+
+@dataclass
+class TaskResult:
+    """One host's result for one task."""
+
+    play: str
+    task: str
+    action: str
+    host: str
+    event: str
+    changed: bool
+    result: dict = field(repr=False)
+
+    @property
+    def failed(self) -> bool:
+        return self.event in {"runner_on_failed", "runner_on_unreachable"} and not self.result.get("ignore_errors")
+
+
+@dataclass
+class PlaybookRun:
+    """What one ansible-playbook run did."""
+
+    status: str
+    rc: int
+    events: list[dict]
+    stdout: str
+
+    @property
+    def plays_started(self) -> list[str]:
+        return [e["event_data"].get("play", "") for e in self.events if e.get("event") == "playbook_on_play_start"]
+
+    @property
+    def results(self) -> list[TaskResult]:
+        found = []
+        for event in self.events:
+            if event.get("event") not in TASK_RESULT_EVENTS or event["event"].startswith("runner_item"):
+                continue
+            data = event["event_data"]
+            res = data.get("res") or {}
+            found.append(
+                TaskResult(
+                    play=data.get("play", ""),
+                    task=data.get("task", ""),
+                    action=data.get("task_action", ""),
+                    host=data.get("host", ""),
+                    event=event["event"],
+                    changed=bool(res.get("changed")),
+                    result=res,
+                )
+            )
+        return found
+
+    def results_for(self, *, play: str | None = None, task: str | None = None, host: str | None = None):
+        return [
+            r
+            for r in self.results
+            if (play is None or r.play == play)
+            and (task is None or r.task == task)
+            and (host is None or r.host == host)
+        ]
+
+    def tasks_run_outside(self, play: str) -> list[TaskResult]:
+        """Results of tasks that ran (not skipped) in any play other than ``play``."""
+        return [r for r in self.results if r.play != play and r.event != "runner_on_skipped"]
+
+    @property
+    def changed(self) -> list[TaskResult]:
+        return [r for r in self.results if r.changed]
+
+    @property
+    def failures(self) -> list[TaskResult]:
+        return [r for r in self.results if r.failed]
+
+
+def run_playbook(
+    playbook: str | Path,
+    inventory: str | Path,
+    private_data_dir: Path,
+    extravars: dict | None = None,
+    check: bool = False,
+    limit: str | None = None,
+) -> PlaybookRun:
+    """Run ``playbook`` (relative to the repository root or absolute) against ``inventory``."""
+    envvars = {
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections"),
+        "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "PATH": os.environ.get("PATH", ""),
+    }
+    cmdline = "--check" if check else None
+    runner = ansible_runner.run(
+        private_data_dir=str(private_data_dir),
+        project_dir=str(REPO),
+        playbook=str(REPO / playbook),
+        inventory=str(REPO / inventory),
+        extravars=extravars or {},
+        envvars=envvars,
+        cmdline=cmdline,
+        limit=limit,
+        quiet=True,
+        json_mode=False,
+    )
+    stdout = runner.stdout.read() if runner.stdout else ""
+    return PlaybookRun(status=runner.status, rc=runner.rc, events=list(runner.events), stdout=stdout)
