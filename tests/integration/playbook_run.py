@@ -8,6 +8,7 @@ reports is kept, and the helpers below read plays, tasks and results from it.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,9 +114,11 @@ def run_playbook(
         "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
-        "PATH": os.environ.get("PATH", ""),
+        # ansible-playbook of the interpreter running the tests, venv activated or not.
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     }
     cmdline = "--check" if check else None
+    private_data_dir.mkdir(parents=True, exist_ok=True)
     runner = ansible_runner.run(
         private_data_dir=str(private_data_dir),
         project_dir=str(REPO),

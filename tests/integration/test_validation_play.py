@@ -20,7 +20,8 @@ def invalid_site_run(tmp_path_factory):
 
 def test_invalid_stack_fails_the_run(invalid_site_run):
     assert invalid_site_run.status == "failed"
-    assert invalid_site_run.rc != 0
+    assert invalid_site_run.rc == 2
+    assert invalid_site_run.plays_started == [VALIDATE_PLAY]
 
 
 def test_every_violation_of_every_host_is_listed_at_once(invalid_site_run):

@@ -33,5 +33,5 @@ def test_clean_findings_pass():
 
 
 def test_non_mapping_is_rejected():
-    with pytest.raises(AnsibleFilterError, match="validation_report"):
+    with pytest.raises(AnsibleFilterError, match=r"validation_report"):
         validation_report(["gpu01"])

@@ -1,0 +1,88 @@
+# Copyright: contributors to gpuops.cluster
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters over the NVIDIA stack compatibility matrix.
+
+Documentation for each filter lives in the sidecar YAML next to this file
+(resolve_stack.yml, stack_violations.yml, cuda_min_driver.yml, nvidia_version_compare.yml).
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.module_utils import stack_resolver
+from ansible_collections.gpuops.cluster.plugins.module_utils.nvidia_version import version_matches
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack_matrix import (
+    MatrixError,
+    default_matrix,
+    load_matrix,
+)
+
+PREFIX = "gpuops.cluster."
+
+
+def _matrix(matrix_path):
+    return load_matrix(matrix_path) if matrix_path else default_matrix()
+
+
+def _host_arguments(name, os, os_version, gpu, nvswitch, matrix_path):
+    missing = [arg for arg, value in (("os", os), ("os_version", os_version), ("gpu", gpu)) if value in (None, "")]
+    if missing:
+        raise AnsibleFilterError(
+            "%s%s: missing argument(s) %s, for example os=ansible_facts.distribution, "
+            "os_version=ansible_facts.distribution_version, gpu=gpuops_gpu" % (PREFIX, name, ", ".join(missing))
+        )
+    try:
+        matrix = _matrix(matrix_path)
+    except MatrixError as exc:
+        raise AnsibleFilterError("%s%s: %s" % (PREFIX, name, exc)) from exc
+    return {"os": os, "os_version": str(os_version), "gpu": gpu, "nvswitch": nvswitch, "matrix": matrix}
+
+
+def resolve_stack(request, os=None, os_version=None, gpu=None, nvswitch=None, matrix_path=None):
+    """Resolve the stack request for one host, or fail listing every violation."""
+    arguments = _host_arguments("resolve_stack", os, os_version, gpu, nvswitch, matrix_path)
+    try:
+        return stack_resolver.resolve(request, **arguments)
+    except stack_resolver.StackViolations as exc:
+        raise AnsibleFilterError("%sresolve_stack: %s" % (PREFIX, exc)) from exc
+
+
+def stack_violations(request, os=None, os_version=None, gpu=None, nvswitch=None, matrix_path=None):
+    """Every violation of the stack request for one host, as a list of {rule, message}; empty when valid."""
+    arguments = _host_arguments("stack_violations", os, os_version, gpu, nvswitch, matrix_path)
+    return stack_resolver.violations(request, **arguments)
+
+
+def cuda_min_driver(cuda, matrix_path=None):
+    """Minimum Linux driver for CUDA X.Y (its GA release) or X.Y.Z (that update)."""
+    try:
+        matrix = _matrix(matrix_path)
+        minimum = matrix.cuda_min_driver(cuda)
+    except (MatrixError, ValueError) as exc:
+        raise AnsibleFilterError("%scuda_min_driver: %s" % (PREFIX, exc)) from exc
+    if minimum is None:
+        raise AnsibleFilterError(
+            "%scuda_min_driver: CUDA %s is not in the compatibility matrix: use one of %s"
+            % (PREFIX, cuda, ", ".join(matrix.cuda_minors()))
+        )
+    return minimum
+
+
+def nvidia_version_compare(left, operator, right):
+    """``left <operator> right`` for driver, CUDA, NCCL and dpkg/rpm package version strings."""
+    try:
+        return version_matches(left, operator, right)
+    except ValueError as exc:
+        raise AnsibleFilterError("%snvidia_version_compare: %s" % (PREFIX, exc)) from exc
+
+
+class FilterModule:
+    """gpuops.cluster stack filters."""
+
+    def filters(self):
+        return {
+            "resolve_stack": resolve_stack,
+            "stack_violations": stack_violations,
+            "cuda_min_driver": cuda_min_driver,
+            "nvidia_version_compare": nvidia_version_compare,
+        }

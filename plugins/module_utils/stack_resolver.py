@@ -1,0 +1,624 @@
+# Copyright: contributors to gpuops.cluster
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Turn an operator's NVIDIA stack request into exact, pinned packages for one host.
+
+:func:`resolve` returns the resolved stack or raises :class:`StackViolations`
+listing every problem; :func:`violations` returns that list (empty when the
+request is valid). Both are deterministic: same request, host and date, same
+answer. The rules are described in docs/compatibility-matrix.md.
+"""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+
+from ansible_collections.gpuops.cluster.plugins.module_utils.nvidia_version import (
+    compare_versions,
+    cuda_dashed,
+    parse_cuda,
+    parse_driver,
+    parse_nccl,
+)
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack_matrix import default_matrix
+
+REQUEST_KEYS = (
+    "driver",
+    "cuda",
+    "nccl",
+    "dcgm",
+    "kernel_modules",
+    "fabricmanager",
+    "allow_minor_version_compat",
+    "allow_eol_branch",
+)
+REQUIRED_KEYS = ("driver", "cuda")
+KERNEL_MODULE_CHOICES = ("auto", "open", "proprietary")
+# NVIDIA made the open kernel modules the default in R560 (open_modules_transition source).
+OPEN_DEFAULT_FROM_BRANCH = 560
+
+
+class StackViolations(ValueError):
+    """The request cannot be resolved; ``violations`` holds every ``{rule, message}``."""
+
+    def __init__(self, violations):
+        self.violations = list(violations)
+        super().__init__(
+            "%d problem(s) with the NVIDIA stack request:\n%s"
+            % (len(self.violations), "\n".join("- [%s] %s" % (v["rule"], v["message"]) for v in self.violations))
+        )
+
+
+class _Resolution:
+    def __init__(self):
+        self.violations = []
+        self.warnings = []
+
+    def violate(self, rule, message):
+        self.violations.append({"rule": rule, "message": message})
+
+    def warn(self, message):
+        self.warnings.append(message)
+
+
+def _branch_text(number):
+    return "R%d" % number
+
+
+def _as_bool(value, name, res):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    res.violate("request.malformed", "%s must be true or false, got %r" % (name, value))
+    return None
+
+
+def _eol_start(eol):
+    year, month = eol.split("-")
+    return datetime.date(int(year), int(month), 1)
+
+
+def _check_request(request, res):
+    if request is None:
+        request = {}
+    if not isinstance(request, dict):
+        res.violate(
+            "request.malformed",
+            'the stack request must be a mapping such as {driver: "550", cuda: "12.4"}, got %s'
+            % type(request).__name__,
+        )
+        return None
+    for key in sorted(request, key=str):
+        if key not in REQUEST_KEYS:
+            close = difflib.get_close_matches(str(key), REQUEST_KEYS, n=1)
+            hint = ": did you mean '%s'?" % close[0] if close else ""
+            res.violate(
+                "request.unknown_key",
+                "unknown key '%s' in the stack request%s (known keys: %s)" % (key, hint, ", ".join(REQUEST_KEYS)),
+            )
+    for key in REQUIRED_KEYS:
+        if request.get(key) in (None, ""):
+            res.violate(
+                "request.missing_key",
+                'the stack request needs \'%s\' (for example driver: "550" and cuda: "12.4")' % key,
+            )
+    return request
+
+
+def _resolve_driver(matrix, text, res):
+    """Return (branch_number, exact_version) or (None, None)."""
+    try:
+        parts = parse_driver(text)
+    except ValueError as exc:
+        res.violate("driver.malformed", "driver: %s" % exc)
+        return None, None
+    branch = parts[0]
+    entry = matrix.branch(branch)
+    known = sorted(matrix.branches)
+    if entry is None:
+        res.violate(
+            "driver.unknown_branch",
+            "driver branch %s is not in the compatibility matrix: use one of %s, or add the branch to "
+            "matrix/nvidia_stack.yml" % (_branch_text(branch), ", ".join(_branch_text(b) for b in known)),
+        )
+        return None, None
+    releases = matrix.releases(branch)
+    if len(parts) == 1:
+        if not releases:
+            res.violate(
+                "driver.no_release",
+                'the matrix knows no release of %s yet: give an exact version such as driver: "%d.x.y", '
+                "or add the release to matrix/nvidia_stack.yml" % (_branch_text(branch), branch),
+            )
+            return branch, None
+        return branch, releases[-1]
+    version = str(text).strip().lstrip("Rr")
+    if not any(compare_versions(version, known_release) == 0 for known_release in releases):
+        res.warn(
+            "driver %s is not a release the compatibility matrix knows for %s (known: %s); it is used as given: "
+            "add it to matrix/nvidia_stack.yml once verified"
+            % (version, _branch_text(branch), ", ".join(releases) or "none")
+        )
+    return branch, version
+
+
+def _check_gpu_vs_driver(gpu, branch, version, res):
+    if gpu["min_branch"] > branch:
+        res.violate(
+            "gpu.min_branch",
+            "%s needs driver branch %s or newer, the request asks for %s: raise driver"
+            % (gpu["key"], _branch_text(gpu["min_branch"]), _branch_text(branch)),
+        )
+    if gpu["last_branch"] is not None and branch > gpu["last_branch"]:
+        res.violate(
+            "gpu.last_branch",
+            '%s (%s) is not supported after %s, the request asks for %s: use driver "%d" or older'
+            % (
+                gpu["key"],
+                gpu["architecture"],
+                _branch_text(gpu["last_branch"]),
+                _branch_text(branch),
+                gpu["last_branch"],
+            ),
+        )
+    if (
+        version is not None
+        and gpu.get("min_driver")
+        and branch == gpu["min_branch"]
+        and compare_versions(version, gpu["min_driver"]) < 0
+    ):
+        res.violate(
+            "gpu.min_driver",
+            "%s needs driver %s or newer, the request resolves to %s: give a newer release"
+            % (gpu["key"], gpu["min_driver"], version),
+        )
+
+
+def _resolve_cuda(matrix, text, branch, version, allow_compat, osys, res):
+    """Return (cuda_minor 'X.Y', cuda_full 'X.Y.Z') or (None, None)."""
+    try:
+        parts = parse_cuda(text)
+    except ValueError as exc:
+        res.violate("cuda.malformed", "cuda: %s" % exc)
+        return None, None
+    minor = "%d.%d" % parts[:2]
+    entry = matrix.cuda_releases.get(minor)
+    if entry is None:
+        same_major = matrix.cuda_minors(parts[0])
+        res.violate(
+            "cuda.unknown",
+            "CUDA %s does not exist in the compatibility matrix: use one of %s"
+            % (minor, ", ".join(same_major or matrix.cuda_minors())),
+        )
+        return None, None
+    updates = entry["updates"]
+    if len(parts) == 3:
+        chosen = [u for u in updates if parse_cuda(u["version"]) == parts]
+        if not chosen:
+            res.violate(
+                "cuda.unknown",
+                "CUDA %s is not a known update of CUDA %s: use one of %s"
+                % (str(text).strip(), minor, ", ".join(u["version"] for u in updates)),
+            )
+            return None, None
+        candidates = chosen
+    else:
+        candidates = updates
+    if osys is not None and osys.get("min_cuda") and compare_versions(minor, osys["min_cuda"]) < 0:
+        res.violate(
+            "cuda.os",
+            "NVIDIA's %s repository starts at CUDA %s, the request asks for %s: raise cuda"
+            % (osys["repo_dist"], osys["min_cuda"], minor),
+        )
+    if version is None:
+        return minor, candidates[-1]["version"]
+    satisfied = [u for u in candidates if compare_versions(version, u["min_driver"]) >= 0]
+    if satisfied:
+        return minor, satisfied[-1]["version"]
+    needed = candidates[0]["min_driver"]
+    floor = matrix.cuda_compat.get(parts[0])
+    if allow_compat and floor is not None and compare_versions(version, floor) >= 0:
+        res.warn(
+            "CUDA %s needs driver %s, driver %s runs it only through CUDA minor version compatibility "
+            "(allow_minor_version_compat): PTX JIT of newer PTX and some APIs are unavailable"
+            % (candidates[-1]["version"], candidates[-1]["min_driver"], version)
+        )
+        return minor, candidates[-1]["version"]
+    branch_entry = matrix.branch(branch)
+    if allow_compat and floor is not None:
+        res.violate(
+            "cuda.min_driver",
+            "CUDA %d.x needs driver %s or newer even with minor version compatibility; driver %s (%s supports CUDA "
+            "up to %d.x): raise driver or lower cuda"
+            % (parts[0], floor, version, _branch_text(branch), branch_entry["cuda_major_max"]),
+        )
+    else:
+        hint = ""
+        if floor is not None and compare_versions(version, floor) >= 0:
+            hint = ", or set allow_minor_version_compat: true to run it on the %s floor %s" % (
+                minor.split(".", maxsplit=1)[0] + ".x",
+                floor,
+            )
+        res.violate(
+            "cuda.min_driver",
+            "CUDA %s needs driver %s or newer, the request resolves to driver %s: raise driver, lower cuda%s"
+            % (candidates[0]["version"], needed, version, hint),
+        )
+    return None, None
+
+
+def _resolve_nccl(matrix, text, cuda, res):
+    if text in (None, ""):
+        if cuda is None:
+            return None
+        built = matrix.nccl_for_cuda(cuda)
+        if not built:
+            res.warn(
+                "the compatibility matrix knows no NCCL build for CUDA %s: NCCL is left out; add one to "
+                "matrix/nvidia_stack.yml or set nccl explicitly once it is there" % cuda
+            )
+            return None
+        return built[-1]
+    try:
+        parse_nccl(text)
+    except ValueError as exc:
+        res.violate("nccl.malformed", "nccl: %s" % exc)
+        return None
+    version = str(text).strip()
+    entry = matrix.nccl.get(version)
+    if entry is None:
+        res.violate(
+            "nccl.unknown",
+            "NCCL %s is not in the compatibility matrix: use one of %s" % (version, ", ".join(matrix.nccl)),
+        )
+        return None
+    if cuda is not None and cuda not in entry["cuda"]:
+        built = matrix.nccl_for_cuda(cuda)
+        res.violate(
+            "nccl.cuda_build",
+            "NCCL %s is built for CUDA %s, not for CUDA %s: %s"
+            % (
+                version,
+                ", ".join(entry["cuda"]),
+                cuda,
+                "use nccl %s or leave nccl unset" % " or ".join(built)
+                if built
+                else "no NCCL in the matrix is built for it",
+            ),
+        )
+        return None
+    return version
+
+
+def _resolve_dcgm(matrix, text, branch, res):
+    if text in (None, ""):
+        return None
+    text = str(text).strip()
+    cuda_major = matrix.branch(branch)["cuda_major_max"] if branch is not None and matrix.branch(branch) else None
+    if text.isdigit():
+        major = int(text)
+        releases = matrix.dcgm_releases(major)
+        if not releases:
+            res.violate("dcgm.unknown", 'DCGM %s is not in the compatibility matrix: use dcgm: "3" or "4"' % text)
+            return None
+        if cuda_major is None:
+            return None
+        fitting = [r for r in releases if cuda_major in r["cuda_majors"]]
+        if not fitting:
+            res.violate(
+                "dcgm.cuda_major",
+                'no DCGM %d release in the matrix has a package for CUDA %d drivers (%s): use dcgm: "4"'
+                % (major, cuda_major, _branch_text(branch)),
+            )
+            return None
+        chosen = fitting[-1]
+    else:
+        try:
+            parse_nccl(text)
+        except ValueError:
+            res.violate(
+                "dcgm.malformed",
+                'dcgm must be a major ("4") or an exact release ("4.1.1"), got %r' % text,
+            )
+            return None
+        found = [r for r in matrix.dcgm if r["version"] == text]
+        if not found:
+            res.violate(
+                "dcgm.unknown",
+                "DCGM %s is not in the compatibility matrix: use one of %s"
+                % (text, ", ".join(r["version"] for r in matrix.dcgm)),
+            )
+            return None
+        chosen = found[0]
+        if cuda_major is None:
+            return None
+        if cuda_major not in chosen["cuda_majors"]:
+            newer = [r["version"] for r in matrix.dcgm_releases(4) if cuda_major in r["cuda_majors"]]
+            res.violate(
+                "dcgm.cuda_major",
+                "DCGM %s has no package for CUDA %d drivers (%s supports CUDA %d): use %s"
+                % (
+                    text,
+                    cuda_major,
+                    _branch_text(branch),
+                    cuda_major,
+                    'dcgm: "%s"' % newer[-1] if newer else "an older driver branch",
+                ),
+            )
+            return None
+    return {"major": chosen["major"], "version": chosen["version"], "cuda_major": cuda_major}
+
+
+def _resolve_kernel_modules(gpu, request_value, branch, res):
+    value = "auto" if request_value in (None, "") else str(request_value).strip().lower()
+    if value not in KERNEL_MODULE_CHOICES:
+        res.violate(
+            "kernel_modules.malformed",
+            "kernel_modules must be one of %s, got %r" % (", ".join(KERNEL_MODULE_CHOICES), request_value),
+        )
+        return None
+    support = gpu["open_modules"] if gpu else None
+    if support == "required":
+        if value == "proprietary":
+            res.violate(
+                "kernel_modules.open_required",
+                "%s (%s) requires the open kernel modules: set kernel_modules: open or auto"
+                % (gpu["key"], gpu["architecture"]),
+            )
+            return None
+        return "open"
+    if support == "unsupported":
+        if value == "open":
+            res.violate(
+                "kernel_modules.open_unsupported",
+                "%s (%s) is not supported by the open kernel modules: set kernel_modules: proprietary or auto"
+                % (gpu["key"], gpu["architecture"]),
+            )
+            return None
+        return "proprietary"
+    if value != "auto":
+        return value
+    if branch is None:
+        return None
+    return "open" if branch >= OPEN_DEFAULT_FROM_BRANCH else "proprietary"
+
+
+def _resolve_fabricmanager(request_value, nvswitch, gpu, res):
+    value = "auto" if request_value in (None, "") else request_value
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return nvswitch
+    wanted = _as_bool(value, "fabricmanager (auto, true or false)", res)
+    if wanted is None:
+        return None
+    if nvswitch and not wanted:
+        res.violate(
+            "fabricmanager.required",
+            "this host has NVSwitch (%s): without Fabric Manager CUDA fails with error 802; set fabricmanager: auto"
+            % (gpu["key"] if gpu else "nvswitch=true"),
+        )
+    if wanted and not nvswitch:
+        res.violate(
+            "fabricmanager.no_nvswitch",
+            "fabricmanager: true on a host without NVSwitch: Fabric Manager does not start there; set "
+            "fabricmanager: auto, or pass nvswitch=true if the host has NVSwitch",
+        )
+    return wanted
+
+
+def _fill(template, values):
+    return template.format(**values)
+
+
+def _spec(name, version, package_manager):
+    return "%s=%s" % (name, version) if package_manager == "apt" else "%s-%s" % (name, version)
+
+
+def _add_component(matrix, component, label, osys, branch, kernel_modules, values, packages, pins, res):
+    rule = matrix.packaging_rule(component, osys["flavor"], branch, kernel_modules)
+    if rule is None:
+        res.violate(
+            "matrix.no_packaging",
+            "the compatibility matrix has no %s packaging for %s %s with %s kernel modules: add a packaging rule "
+            "to matrix/nvidia_stack.yml" % (component, osys["id"], _branch_text(branch), kernel_modules),
+        )
+        return None
+    for package in rule["packages"]:
+        name = _fill(package["name"], values)
+        version = _fill(package["version"], values)
+        packages.append(
+            {
+                "component": label,
+                "name": name,
+                "version": version,
+                "spec": _spec(name, version, osys["package_manager"]),
+            }
+        )
+    for pin in rule["pins"]:
+        pins.append(
+            {
+                "component": label,
+                "names": [_fill(name, values) for name in pin["names"]],
+                "version": _fill(pin["version"], values),
+            }
+        )
+    return rule
+
+
+def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=None):
+    matrix = matrix if matrix is not None else default_matrix()
+    today = today if today is not None else datetime.date.today()
+    res = _Resolution()
+    request = _check_request(request, res)
+    if request is None:
+        return None, res
+
+    osys = matrix.operating_system(os, os_version)
+    if osys is None:
+        res.violate(
+            "os.unknown",
+            "operating system %s %s is not in the compatibility matrix: supported are %s"
+            % (os, os_version, "; ".join(matrix.operating_system_names())),
+        )
+    gpu_entry = matrix.gpu(gpu)
+    if gpu_entry is None:
+        close = difflib.get_close_matches(str(gpu), matrix.gpu_names(), n=1)
+        res.violate(
+            "gpu.unknown",
+            "GPU %r is not in the compatibility matrix%s: give a short key (%s) or the product name nvidia-smi prints"
+            % (gpu, " (did you mean '%s'?)" % close[0] if close else "", ", ".join(matrix.gpu_names())),
+        )
+
+    allow_compat = _as_bool(request.get("allow_minor_version_compat", False), "allow_minor_version_compat", res)
+    allow_eol = _as_bool(request.get("allow_eol_branch", True), "allow_eol_branch", res)
+
+    branch = version = None
+    if request.get("driver") not in (None, ""):
+        branch, version = _resolve_driver(matrix, request["driver"], res)
+    branch_entry = matrix.branch(branch) if branch is not None else None
+    if gpu_entry is not None and branch_entry is not None:
+        _check_gpu_vs_driver(gpu_entry, branch, version, res)
+    if osys is not None and branch is not None and osys.get("min_branch") and branch < osys["min_branch"]:
+        res.violate(
+            "os.min_branch",
+            "%s needs driver branch %s or newer: raise driver" % (osys["id"], _branch_text(osys["min_branch"])),
+        )
+
+    if branch_entry is not None:
+        if branch_entry["eol"] is not None and today >= _eol_start(branch_entry["eol"]):
+            message = "driver branch %s reached end of life in %s (%s branch)" % (
+                _branch_text(branch),
+                branch_entry["eol"],
+                branch_entry["kind"],
+            )
+            if allow_eol is False:
+                res.violate("driver.eol", message + ": allow_eol_branch is false, choose a supported branch")
+            else:
+                res.warn(message + ": plan the move to a supported LTSB or production branch")
+        elif branch_entry["kind"] == "feature":
+            res.warn(
+                "driver branch %s is a short-lived new feature branch: use an LTSB or production branch "
+                "for production clusters" % _branch_text(branch)
+            )
+
+    cuda = cuda_full = None
+    if request.get("cuda") not in (None, "") and branch_entry is not None:
+        cuda, cuda_full = _resolve_cuda(matrix, request["cuda"], branch, version, bool(allow_compat), osys, res)
+    elif request.get("cuda") not in (None, ""):
+        # No usable driver: still report a malformed or non-existent CUDA version.
+        try:
+            minor = "%d.%d" % parse_cuda(request["cuda"])[:2]
+        except ValueError as exc:
+            res.violate("cuda.malformed", "cuda: %s" % exc)
+        else:
+            if minor not in matrix.cuda_releases:
+                res.violate(
+                    "cuda.unknown",
+                    "CUDA %s does not exist in the compatibility matrix: use one of %s"
+                    % (minor, ", ".join(matrix.cuda_minors(parse_cuda(minor)[0]) or matrix.cuda_minors())),
+                )
+
+    nccl = _resolve_nccl(matrix, request.get("nccl"), cuda, res) if cuda or request.get("nccl") else None
+    dcgm = _resolve_dcgm(matrix, request.get("dcgm"), branch if branch_entry else None, res)
+    kernel_modules = _resolve_kernel_modules(gpu_entry, request.get("kernel_modules"), branch, res)
+
+    if nvswitch is None:
+        has_nvswitch = bool(gpu_entry["nvswitch"]) if gpu_entry else False
+    else:
+        has_nvswitch = _as_bool(nvswitch, "nvswitch", res)
+    fabricmanager = _resolve_fabricmanager(request.get("fabricmanager"), bool(has_nvswitch), gpu_entry, res)
+
+    if res.violations:
+        return None, res
+
+    values = {
+        "branch": str(branch),
+        "driver": version,
+        "os_major": osys["version"].split(".")[0],
+        "cuda": cuda,
+        "cuda_dashed": cuda_dashed(cuda),
+        "cuda_full": cuda_full,
+        "nccl": nccl or "",
+        "dcgm": dcgm["version"] if dcgm else "",
+        "dcgm_cuda_major": str(dcgm["cuda_major"]) if dcgm else "",
+    }
+    packages = []
+    pins = []
+    driver_rule = _add_component(matrix, "driver", "driver", osys, branch, kernel_modules, values, packages, pins, res)
+    imex = bool(gpu_entry.get("imex", False))
+    if fabricmanager:
+        _add_component(
+            matrix, "fabricmanager", "fabricmanager", osys, branch, kernel_modules, values, packages, pins, res
+        )
+        if gpu_entry.get("nvlink5"):
+            if branch >= 580:
+                _add_component(
+                    matrix, "nvsdm", "fabricmanager", osys, branch, kernel_modules, values, packages, pins, res
+                )
+            res.warn(
+                "%s is an NVLink5 system: it also needs nvlsm (NVLink subnet manager), whose version is not tied to "
+                "the driver and is not in the compatibility matrix" % gpu_entry["key"]
+            )
+    if imex:
+        _add_component(matrix, "imex", "imex", osys, branch, kernel_modules, values, packages, pins, res)
+    _add_component(matrix, "cuda", "cuda", osys, branch, kernel_modules, values, packages, pins, res)
+    if nccl:
+        _add_component(matrix, "nccl", "nccl", osys, branch, kernel_modules, values, packages, pins, res)
+    if dcgm:
+        component = "dcgm%d" % dcgm["major"]
+        rule = _add_component(matrix, component, "dcgm", osys, branch, kernel_modules, values, packages, pins, res)
+        if rule is not None:
+            dcgm = {
+                "major": dcgm["major"],
+                "version": dcgm["version"],
+                "package": _fill(rule["packages"][-1]["name"], values),
+                "cuda_major": dcgm["cuda_major"],
+            }
+            if dcgm["major"] == 4:
+                res.warn("DCGM 4 replaces the legacy datacenter-gpu-manager (DCGM 3) package: remove it first")
+    if res.violations:
+        return None, res
+
+    result = {
+        "driver_branch": str(branch),
+        "driver_version": version,
+        "driver_kind": branch_entry["kind"],
+        "driver_eol": branch_entry["eol"],
+        "kernel_modules": kernel_modules,
+        "cuda_version": cuda,
+        "cuda_toolkit_version": cuda_full,
+        "nccl_version": nccl,
+        "dcgm": dcgm,
+        "fabricmanager": bool(fabricmanager),
+        "nvswitch": bool(has_nvswitch),
+        "imex": imex,
+        "gpu": {"key": gpu_entry["key"], "architecture": gpu_entry["architecture"]},
+        "os_id": osys["id"],
+        "os_family": osys["family"],
+        "repo_dist": osys["repo_dist"],
+        "package_manager": osys["package_manager"],
+        "dnf_module": _fill(driver_rule["dnf_module"], values) if driver_rule.get("dnf_module") else None,
+        "packages": packages,
+        "pins": pins,
+        "warnings": res.warnings,
+    }
+    return result, res
+
+
+def resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=None):
+    """Resolve a stack request for one host; raise :class:`StackViolations` listing every problem.
+
+    ``request`` is the operator's ``gpuops_stack`` mapping; ``os`` / ``os_version``
+    are Ansible's ``distribution`` / ``distribution_version``; ``gpu`` a short key or
+    nvidia-smi product name; ``nvswitch`` overrides the GPU model's default when not None.
+    """
+    result, res = _resolve(request, os, os_version, gpu, nvswitch=nvswitch, matrix=matrix, today=today)
+    if res.violations:
+        raise StackViolations(res.violations)
+    return result
+
+
+def violations(request, os, os_version, gpu, nvswitch=None, matrix=None, today=None):
+    """Every ``{rule, message}`` that keeps the request from resolving; empty when it is valid."""
+    _result, res = _resolve(request, os, os_version, gpu, nvswitch=nvswitch, matrix=matrix, today=today)
+    return res.violations

@@ -1,0 +1,107 @@
+"""The stack filters: argument shape, error wrapping, and registration."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.filter.stack import (
+    FilterModule,
+    cuda_min_driver,
+    nvidia_version_compare,
+    resolve_stack,
+    stack_violations,
+)
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack_matrix import DEFAULT_MATRIX_PATH
+
+
+def test_filters_registered():
+    assert set(FilterModule().filters()) == {
+        "resolve_stack",
+        "stack_violations",
+        "cuda_min_driver",
+        "nvidia_version_compare",
+    }
+
+
+def test_resolve_stack_playbook_call_shape():
+    result = resolve_stack(
+        {"driver": "550", "cuda": "12.4", "dcgm": "4"},
+        os="Debian",
+        os_version="12",
+        gpu="NVIDIA H100 80GB HBM3",
+        nvswitch=None,
+    )
+    assert result["driver_branch"] == "550"
+    assert result["fabricmanager"] is True
+
+
+def test_resolve_stack_accepts_numeric_os_version():
+    assert (
+        resolve_stack({"driver": "580", "cuda": "13.0"}, os="Debian", os_version=12, gpu="h100-sxm")["os_id"]
+        == "debian12"
+    )
+
+
+def test_resolve_stack_error_lists_every_violation_with_fqcn():
+    with pytest.raises(AnsibleFilterError) as caught:
+        resolve_stack({"drvier": "550", "cuda": "12.7"}, os="Debian", os_version="12", gpu="h100-sxm")
+    message = str(caught.value)
+    assert message.startswith("gpuops.cluster.resolve_stack: ")
+    assert "request.unknown_key" in message
+    assert "request.missing_key" in message
+    assert "cuda.unknown" in message
+
+
+def test_missing_host_arguments():
+    with pytest.raises(AnsibleFilterError, match=r"gpuops.cluster.resolve_stack: missing argument\(s\) os, gpu"):
+        resolve_stack({"driver": "550", "cuda": "12.4"}, os_version="12")
+    with pytest.raises(AnsibleFilterError, match=r"gpuops.cluster.stack_violations: missing"):
+        stack_violations({"driver": "550", "cuda": "12.4"})
+
+
+def test_stack_violations_returns_list():
+    assert stack_violations({"driver": "550", "cuda": "12.4"}, os="Debian", os_version="12", gpu="h100-sxm") == []
+    found = stack_violations({"driver": "550", "cuda": "12.4"}, os="Debian", os_version="12", gpu="gb200")
+    assert [v["rule"] for v in found] == ["gpu.min_branch"]
+    assert set(found[0]) == {"rule", "message"}
+
+
+def test_matrix_path_override(tmp_path):
+    with open(DEFAULT_MATRIX_PATH, encoding="utf-8") as handle:
+        data = yaml.safe_load(handle)
+    data["schema_version"] = 9
+    path = tmp_path / "m.yml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(AnsibleFilterError, match=r"gpuops.cluster.resolve_stack: compatibility matrix .* invalid"):
+        resolve_stack(
+            {"driver": "550", "cuda": "12.4"}, os="Debian", os_version="12", gpu="h100", matrix_path=str(path)
+        )
+
+
+@pytest.mark.parametrize(("cuda", "expected"), [("12.4", "550.54.14"), ("12.4.1", "550.54.15"), ("13.0", "580.65.06")])
+def test_cuda_min_driver(cuda, expected):
+    assert cuda_min_driver(cuda) == expected
+
+
+@pytest.mark.parametrize(
+    ("cuda", "match"), [("12.7", "CUDA 12.7 is not in the compatibility matrix"), ("x", "malformed")]
+)
+def test_cuda_min_driver_errors(cuda, match):
+    with pytest.raises(AnsibleFilterError, match=r"gpuops.cluster.cuda_min_driver: .*" + match):
+        cuda_min_driver(cuda)
+
+
+@pytest.mark.parametrize(
+    ("left", "op", "right", "expected"),
+    [("570.26", "<", "570.124.06", True), ("1:4.1.1-1", ">", "4.9-1", True), ("550.127.08", "==", "550.127.8", True)],
+)
+def test_nvidia_version_compare(left, op, right, expected):
+    assert nvidia_version_compare(left, op, right) is expected
+
+
+def test_nvidia_version_compare_errors():
+    with pytest.raises(AnsibleFilterError, match=r"gpuops.cluster.nvidia_version_compare: unknown version operator"):
+        nvidia_version_compare("1", "~=", "2")
+    with pytest.raises(AnsibleFilterError, match=r"gpuops.cluster.nvidia_version_compare: package version"):
+        nvidia_version_compare("x.1", "<", "2")
