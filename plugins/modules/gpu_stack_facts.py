@@ -1,0 +1,402 @@
+#!/usr/bin/python
+# Copyright (c) gpuops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpu_stack_facts
+short_description: Report the NVIDIA stack a node runs and how it drifts from the requested one
+version_added: 0.1.0
+description:
+  - Sets the C(gpu_stack) fact with the installed version, pin, hold and unattended-upgrades state of every
+    requested package, the loaded kernel module version, the NVML driver version and GPU models from nvidia-smi,
+    NVSwitch presence, drift flags and whether a reboot is needed.
+  - Runs at most three commands; one package query for all names (C(dpkg-query) or C(rpm -q)), one
+    C(nvidia-smi --query-gpu) and one C(lspci -n -d 10de:) (none when O(nvswitch) is set).
+  - Never changes the node.
+author:
+  - gpuops.cluster maintainers (@gpuops)
+options:
+  requested:
+    description:
+      - The requested stack, as the stack resolver returns it. Drift is computed against it.
+      - Packages with O(requested[].component=driver) give the installed driver version that the loaded kernel
+        module is compared with.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: Package name.
+        type: str
+        required: true
+      version:
+        description: Exact requested version (Debian, or RPM C([epoch:]version-release)).
+        type: str
+        required: true
+      component:
+        description: Stack component (C(driver), C(fabricmanager), C(nccl), ...).
+        type: str
+        default: ''
+      spec:
+        description:
+          - The install spec the stack resolver adds (C(name=version)); accepted so the resolver's list can be
+            passed as is, and not used.
+        type: str
+  packages:
+    description: More package names to report, without a requested version (no drift for them).
+    type: list
+    elements: str
+    default: []
+  loaded_version_path:
+    description:
+      - File that shows the loaded kernel module version. A missing file means no NVIDIA module is loaded.
+      - The lab points this at a per-node file, since containers cannot load kernel modules.
+    type: path
+    default: /proc/driver/nvidia/version
+  nvidia_smi:
+    description: Query nvidia-smi for the NVML driver version and the GPU models.
+    type: bool
+    default: true
+  nvswitch:
+    description:
+      - Set to say whether the node has NVSwitches (inventory override); no C(lspci) call is made then.
+      - Unset, NVSwitches are detected from C(lspci) with O(nvswitch_pci_ids).
+    type: bool
+  nvswitch_pci_ids:
+    description:
+      - NVIDIA (vendor C(10de)) PCI device ids that are NVSwitch functions.
+      - C(1af1) is the A100-generation NVSwitch, C(22a3) the H100-generation one (pciutils C(pci.ids)).
+    type: list
+    elements: str
+    default: ['1af1', '22a3']
+  preferences_path:
+    description: The apt preferences file whose version pins are reported.
+    type: path
+    default: /etc/apt/preferences.d/gpuops-nvidia.pref
+  unattended_upgrades_path:
+    description: The unattended-upgrades drop-in whose blacklist is reported.
+    type: path
+    default: /etc/apt/apt.conf.d/51gpuops-nvidia-blacklist
+  versionlock_path:
+    description: The dnf versionlock list whose locks are reported as pins.
+    type: path
+    default: /etc/dnf/plugins/versionlock.list
+  package_manager:
+    description: V(auto) picks V(apt) when C(dpkg-query) exists, else V(dnf) when C(rpm) exists.
+    type: str
+    choices: [auto, apt, dnf]
+    default: auto
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: The module only reads, so check mode returns the same facts.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+  facts:
+    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
+    support: full
+seealso:
+  - module: gpuops.cluster.package_pin
+"""
+
+EXAMPLES = r"""
+- name: Read the stack against the resolved request
+  gpuops.cluster.gpu_stack_facts:
+    requested: "{{ nvidia_stack_resolved.packages }}"
+    nvswitch: "{{ gpuops_nvswitch | default(omit) }}"
+
+- name: Reboot only when the loaded module differs from the installed driver
+  ansible.builtin.reboot:
+  when: ansible_facts.gpu_stack.reboot_required
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts to add to ansible_facts.
+  returned: always
+  type: dict
+  contains:
+    gpu_stack:
+      description: The node's NVIDIA stack.
+      returned: always
+      type: dict
+      contains:
+        package_manager:
+          description: V(apt) or V(dnf).
+          type: str
+          returned: always
+          sample: apt
+        packages:
+          description:
+            - Per package name, C(installed) version (null when not installed), C(pinned) version (null when
+              unpinned), C(held) (apt hold; on dnf the versionlock is the hold), C(blacklisted) for
+              unattended-upgrades (null on dnf), C(requested) version and C(component).
+          type: dict
+          returned: always
+          sample:
+            nvidia-driver-550:
+              installed: 550.127.08-1
+              pinned: 550.127.08-1
+              held: true
+              blacklisted: true
+              requested: 550.127.08-1
+              component: driver
+        loaded:
+          description: The loaded kernel module (C(version), C(flavor) C(open) or C(proprietary), C(arch)), or null.
+          type: dict
+          returned: always
+          sample: {"version": "550.127.08", "flavor": "open", "arch": "x86_64"}
+        loaded_reason:
+          description: Why C(loaded) is null.
+          type: str
+          returned: when loaded is null
+          sample: /proc/driver/nvidia/version does not exist (no NVIDIA kernel module loaded)
+        nvml:
+          description: NVML driver version and GPUs from nvidia-smi, or null.
+          type: dict
+          returned: always
+          sample:
+            driver_version: 550.127.08
+            gpus: [{"name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:18:00.0"}]
+        nvml_reason:
+          description: Why C(nvml) is null (nvidia-smi missing, disabled or failing, with its first output line).
+          type: str
+          returned: when nvml is null
+          sample: "Failed to initialize NVML: Driver/library version mismatch"
+        gpu_models:
+          description: Sorted distinct GPU names from nvidia-smi.
+          type: list
+          elements: str
+          returned: always
+          sample: ["NVIDIA H100 80GB HBM3"]
+        nvswitch:
+          description: C(present) (null when unknown), C(source) (C(override), C(lspci) or C(unavailable)), C(devices).
+          type: dict
+          returned: always
+          sample: {"present": true, "source": "lspci", "devices": [{"slot": "c7:00.0", "device_id": "22a3"}]}
+        drift:
+          description:
+            - C(installed_differs) (list of name, requested, installed), C(pin_missing), C(hold_missing),
+              C(installed_driver_version), C(loaded_driver_version), C(loaded_differs), C(driver_packages_disagree),
+              C(drifted), C(reboot_required), C(reboot_reasons).
+          type: dict
+          returned: always
+        reboot_required:
+          description:
+            - True when the loaded kernel module differs from the installed driver, or a requested driver is
+              installed but no module is loaded.
+          type: bool
+          returned: always
+          sample: false
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils import apt_pinning, rpm_versionlock, stack_facts
+
+LC = {"LC_ALL": "C"}
+
+
+def read_text(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read(), None
+    except FileNotFoundError:
+        return None, f"{path} does not exist"
+    except OSError as exc:
+        return None, f"cannot read {path}: {exc.strerror}"
+
+
+def first_line(*texts):
+    for text in texts:
+        for line in (text or "").splitlines():
+            if line.strip():
+                return line.strip()
+    return ""
+
+
+def query_apt(module, names, params):
+    dpkg_query = module.get_bin_path("dpkg-query", required=True)
+    parsed = {}
+    if names:
+        argv = [dpkg_query, "-W", "-f=${Package}\\t${Version}\\t${Status}\\n", *names]
+        rc, out, err = module.run_command(argv, environ_update=LC)
+        if rc not in (0, 1):
+            module.fail_json(msg=f"dpkg-query failed: {first_line(err, out)}", rc=rc, stdout=out, stderr=err, cmd=argv)
+        try:
+            parsed = apt_pinning.parse_dpkg_query(out)
+        except apt_pinning.PinningError as exc:
+            module.fail_json(msg=f"cannot read dpkg-query output: {exc}", stdout=out)
+    installed = {name: (parsed.get(name) or {}).get("version") for name in names}
+    holds = {name for name in names if (parsed.get(name) or {}).get("held")}
+    pref_text = read_text(params["preferences_path"])[0]
+    pins = apt_pinning.pinned_versions(apt_pinning.parse_preferences(pref_text or ""))
+    uu_text = read_text(params["unattended_upgrades_path"])[0]
+    blacklist = apt_pinning.parse_unattended_blacklist(uu_text or "")
+    blacklisted = {name: apt_pinning.blacklist_covers(name, blacklist) for name in names}
+    return installed, pins, holds, blacklisted
+
+
+def query_dnf(module, names, params):
+    rpm = module.get_bin_path("rpm", required=True)
+    parsed = {}
+    if names:
+        argv = [rpm, "-q", "--qf", rpm_versionlock.RPM_QUERY_FORMAT, *names]
+        rc, out, err = module.run_command(argv, environ_update=LC)
+        try:
+            parsed = rpm_versionlock.parse_rpm_query(out)
+        except rpm_versionlock.VersionlockError as exc:
+            module.fail_json(msg=f"cannot read rpm -q output: {exc}", rc=rc, stdout=out, stderr=err, cmd=argv)
+    installed = {name: (parsed.get(name) or {}).get("evr") for name in names}
+    lock_text = read_text(params["versionlock_path"])[0]
+    pins = rpm_versionlock.locked_versions(lock_text or "")
+    return installed, pins, None, dict.fromkeys(names)
+
+
+def loaded_module(path):
+    text, reason = read_text(path)
+    if text is None:
+        return None, f"{reason} (no NVIDIA kernel module loaded)"
+    try:
+        parsed = stack_facts.parse_proc_driver_version(text)
+    except stack_facts.StackFactsError as exc:
+        return None, f"cannot parse {path}: {exc}"
+    return {key: parsed[key] for key in ("version", "flavor", "arch")}, None
+
+
+def nvml(module):
+    if not module.params["nvidia_smi"]:
+        return None, "nvidia_smi is false"
+    smi = module.get_bin_path("nvidia-smi")
+    if not smi:
+        return None, "nvidia-smi not found (driver utilities not installed)"
+    argv = [smi, f"--query-gpu={stack_facts.NVIDIA_SMI_QUERY}", "--format=csv,noheader"]
+    rc, out, err = module.run_command(argv, environ_update=LC)
+    if rc != 0:
+        return None, first_line(out, err) or f"nvidia-smi exited with {rc}"
+    try:
+        gpus = stack_facts.parse_nvidia_smi_query(out)
+    except stack_facts.StackFactsError as exc:
+        return None, str(exc)
+    if not gpus:
+        return None, "nvidia-smi listed no GPUs"
+    versions = sorted({gpu["driver_version"] for gpu in gpus})
+    return {
+        "driver_version": versions[0] if len(versions) == 1 else None,
+        "gpus": [{"name": gpu["name"], "pci_bus_id": gpu["pci_bus_id"]} for gpu in gpus],
+    }, None
+
+
+def nvswitch(module):
+    override = module.params["nvswitch"]
+    if override is not None:
+        return {"present": override, "source": "override", "devices": []}
+    lspci = module.get_bin_path("lspci")
+    if not lspci:
+        return {"present": None, "source": "unavailable", "devices": [], "reason": "lspci not found (pciutils)"}
+    rc, out, err = module.run_command([lspci, "-n", "-d", f"{stack_facts.NVIDIA_VENDOR_ID}:"], environ_update=LC)
+    if rc != 0:
+        return {"present": None, "source": "unavailable", "devices": [], "reason": first_line(err, out)}
+    ids = {
+        device_id.lower(): stack_facts.NVSWITCH_PCI_IDS.get(device_id.lower(), "NVSwitch")
+        for device_id in module.params["nvswitch_pci_ids"]
+    }
+    devices = stack_facts.parse_lspci_nvswitch(out, ids)
+    return {"present": bool(devices), "source": "lspci", "devices": devices}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "requested": {
+                "type": "list",
+                "elements": "dict",
+                "default": [],
+                "options": {
+                    "name": {"type": "str", "required": True},
+                    "version": {"type": "str", "required": True},
+                    "component": {"type": "str", "default": ""},
+                    "spec": {"type": "str"},
+                },
+            },
+            "packages": {"type": "list", "elements": "str", "default": []},
+            "loaded_version_path": {"type": "path", "default": "/proc/driver/nvidia/version"},
+            "nvidia_smi": {"type": "bool", "default": True},
+            "nvswitch": {"type": "bool"},
+            "nvswitch_pci_ids": {"type": "list", "elements": "str", "default": ["1af1", "22a3"]},
+            "preferences_path": {"type": "path", "default": "/etc/apt/preferences.d/gpuops-nvidia.pref"},
+            "unattended_upgrades_path": {
+                "type": "path",
+                "default": "/etc/apt/apt.conf.d/51gpuops-nvidia-blacklist",
+            },
+            "versionlock_path": {"type": "path", "default": "/etc/dnf/plugins/versionlock.list"},
+            "package_manager": {"type": "str", "default": "auto", "choices": ["auto", "apt", "dnf"]},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    manager = params["package_manager"]
+    if manager == "auto":
+        if module.get_bin_path("dpkg-query"):
+            manager = "apt"
+        elif module.get_bin_path("rpm"):
+            manager = "dnf"
+        else:
+            module.fail_json(msg="neither dpkg-query nor rpm found: this module supports the apt and dnf families")
+    for device_id in params["nvswitch_pci_ids"]:
+        if len(device_id) != 4 or any(ch not in "0123456789abcdefABCDEF" for ch in device_id):
+            module.fail_json(msg=f"nvswitch_pci_ids: {device_id!r} is not a 4-digit hex PCI device id (like 22a3)")
+
+    requested = {item["name"]: item for item in params["requested"]}
+    names = sorted(set(requested) | set(params["packages"]))
+    query = query_apt if manager == "apt" else query_dnf
+    installed, pins, holds, blacklisted = query(module, names, params)
+    version_equal = rpm_versionlock.evr_matches if manager == "dnf" else None
+
+    packages = {}
+    for name in names:
+        item = requested.get(name, {})
+        pinned = apt_pinning.pin_for(name, pins)
+        packages[name] = {
+            "installed": installed.get(name),
+            "pinned": pinned,
+            "held": (name in holds) if holds is not None else pinned is not None,
+            "blacklisted": blacklisted.get(name),
+            "requested": item.get("version"),
+            "component": item.get("component") or None,
+        }
+
+    loaded, loaded_reason = loaded_module(params["loaded_version_path"])
+    nvml_facts, nvml_reason = nvml(module)
+    drift = stack_facts.drift(
+        list(requested.values()),
+        installed,
+        loaded["version"] if loaded else None,
+        pins,
+        holds,
+        version_equal=version_equal,
+    )
+    facts = {
+        "package_manager": manager,
+        "packages": packages,
+        "loaded": loaded,
+        "nvml": nvml_facts,
+        "gpu_models": sorted({gpu["name"] for gpu in (nvml_facts or {}).get("gpus", [])}),
+        "nvswitch": nvswitch(module),
+        "drift": drift,
+        "reboot_required": drift["reboot_required"],
+    }
+    if loaded is None:
+        facts["loaded_reason"] = loaded_reason
+    if nvml_facts is None:
+        facts["nvml_reason"] = nvml_reason
+    module.exit_json(changed=False, ansible_facts={"gpu_stack": facts})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""Run a gpuops module in-process against a fake node (community.general's module-test pattern).
+
+``run_command`` and ``get_bin_path`` are replaced by a ``FakeNode`` that
+answers apt-mark, dpkg-query, rpm, dnf, nvidia-smi and lspci from its state and
+records every argv; ``exit_json``/``fail_json`` raise so a test reads the result.
+"""
+
+from __future__ import annotations
+
+import pytest
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+
+class ModuleExit(Exception):
+    def __init__(self, result):
+        super().__init__(result)
+        self.result = result
+
+
+class ModuleFail(Exception):
+    def __init__(self, result):
+        super().__init__(result.get("msg"))
+        self.result = result
+
+
+class FakeNode:
+    """Package and tool state of one managed node, as the modules' commands see it."""
+
+    def __init__(self, binaries=("apt-mark", "dpkg-query", "lspci", "nvidia-smi")):
+        self.binaries = set(binaries)
+        self.held: set[str] = set()
+        self.dpkg: dict[str, tuple[str, str]] = {}  # name -> (version, status)
+        self.rpm: dict[str, tuple[str, str, str]] = {}  # name -> (epoch, version, release)
+        self.enabled_streams: dict[str, str] = {}
+        self.nvidia_smi = (0, "", "")
+        self.lspci = (0, "", "")
+        self.fail: dict[str, tuple[int, str, str]] = {}
+        self.calls: list[list[str]] = []
+
+    def get_bin_path(self, name, required=False, opt_dirs=None):
+        if name in self.binaries:
+            return f"/usr/bin/{name}"
+        if required:
+            raise AssertionError(f"module required missing binary {name}")
+        return None
+
+    def run_command(self, args, *_, environ_update=None, **__):
+        assert isinstance(args, list), "commands must be argv lists"
+        assert environ_update == {"LC_ALL": "C"}, "commands must run with LC_ALL=C"
+        self.calls.append(list(args))
+        tool = args[0].rsplit("/", 1)[-1]
+        key = " ".join([tool, *args[1:2]])
+        if key in self.fail:
+            return self.fail[key]
+        handler = getattr(self, "_" + tool.replace("-", "_"))
+        return handler(args[1:])
+
+    def _apt_mark(self, argv):
+        if argv[0] == "showhold":
+            return 0, "".join(f"{name}\n" for name in sorted(self.held)), ""
+        if argv[0] == "hold":
+            self.held.update(argv[1:])
+            return 0, "".join(f"{name} set on hold.\n" for name in argv[1:]), ""
+        if argv[0] == "unhold":
+            self.held.difference_update(argv[1:])
+            return 0, "".join(f"Canceled hold on {name}.\n" for name in argv[1:]), ""
+        raise AssertionError(f"unexpected apt-mark {argv}")
+
+    def _dpkg_query(self, argv):
+        assert argv[0] == "-W"
+        out, err, rc = [], [], 0
+        for name in argv[2:]:
+            if name in self.dpkg:
+                version, status = self.dpkg[name]
+                if name in self.held:
+                    status = "hold" + status[status.index(" ") :]
+                out.append(f"{name}\t{version}\t{status}\n")
+            else:
+                err.append(f"dpkg-query: no packages found matching {name}\n")
+                rc = 1
+        return rc, "".join(out), "".join(err)
+
+    def _rpm(self, argv):
+        assert argv[:2] == ["-q", "--qf"]
+        out, rc = [], 0
+        for name in argv[3:]:
+            if name in self.rpm:
+                epoch, version, release = self.rpm[name]
+                out.append(f"{name}\t{epoch}\t{version}\t{release}\n")
+            else:
+                out.append(f"package {name} is not installed\n")
+                rc += 1
+        return rc, "".join(out), ""
+
+    def _dnf(self, argv):
+        if argv[:4] == ["-q", "module", "list", "--enabled"]:
+            name = argv[4]
+            if name not in self.enabled_streams:
+                return 1, "", "Error: No matching Modules to list\n"
+            stream = self.enabled_streams[name]
+            return 0, f"Name Stream Profiles Summary\n{name}  {stream} [e]  default [d], fm  Nvidia driver\n", ""
+        if argv[:3] == ["-y", "module", "enable"] or argv[:3] == ["-y", "module", "switch-to"]:
+            name, _sep, stream = argv[3].partition(":")
+            self.enabled_streams[name] = stream
+            return 0, "", ""
+        raise AssertionError(f"unexpected dnf {argv}")
+
+    def _nvidia_smi(self, argv):
+        return self.nvidia_smi
+
+    def _lspci(self, argv):
+        assert argv == ["-n", "-d", "10de:"]
+        return self.lspci
+
+
+@pytest.fixture
+def node(monkeypatch):
+    fake = FakeNode()
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, *a, **k: fake.get_bin_path(*a, **k))
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, *a, **k: fake.run_command(*a, **k))
+    return fake
+
+
+@pytest.fixture
+def run_module(node, monkeypatch):
+    """``run_module(main, args, check=False, diff=False)`` -> result dict; raises ``run_module.Fail`` on fail_json."""
+
+    def exit_json(self, **kwargs):
+        raise ModuleExit(kwargs)
+
+    def fail_json(self, msg, **kwargs):
+        raise ModuleFail({"msg": msg, **kwargs})
+
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+
+    def run(main, args, check=False, diff=False):
+        full = dict(args, _ansible_check_mode=check, _ansible_diff=diff)
+        with patch_module_args(full), pytest.raises(ModuleExit) as exited:
+            main()
+        return exited.value.result
+
+    run.Fail = ModuleFail
+    return run

@@ -1,0 +1,183 @@
+"""gpu_stack_facts through its argument spec against a fake node."""
+
+from pathlib import Path
+
+import pytest
+from ansible_collections.gpuops.cluster.plugins.module_utils import apt_pinning
+from ansible_collections.gpuops.cluster.plugins.modules import gpu_stack_facts
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "stack"
+
+REQUESTED = [
+    {"name": "nvidia-driver-550", "version": "550.127.08-1", "component": "driver"},
+    {"name": "nvidia-fabricmanager-550", "version": "550.127.08-1", "component": "fabricmanager"},
+    {"name": "libnccl2", "version": "2.21.5-1+cuda12.4", "component": "nccl", "spec": "libnccl2=2.21.5-1+cuda12.4"},
+]
+
+
+@pytest.fixture
+def files(tmp_path):
+    proc = tmp_path / "version"
+    proc.write_text((FIXTURES / "proc_version_open.txt").read_text())
+    pref = tmp_path / "gpuops-nvidia.pref"
+    pref.write_text(apt_pinning.render_preferences(apt_pinning.normalize_pins([], REQUESTED)))
+    blacklist = tmp_path / "51gpuops-nvidia-blacklist"
+    blacklist.write_text(apt_pinning.render_unattended_blacklist([], ["nvidia-"]))
+    return {
+        "loaded_version_path": str(proc),
+        "preferences_path": str(pref),
+        "unattended_upgrades_path": str(blacklist),
+        "versionlock_path": str(tmp_path / "versionlock.list"),
+    }
+
+
+@pytest.fixture
+def converged(node):
+    node.dpkg = {
+        "nvidia-driver-550": ("550.127.08-1", "install ok installed"),
+        "nvidia-fabricmanager-550": ("550.127.08-1", "install ok installed"),
+        "libnccl2": ("2.21.5-1+cuda12.4", "install ok installed"),
+    }
+    node.held = {"nvidia-driver-550", "nvidia-fabricmanager-550", "libnccl2"}
+    node.nvidia_smi = (0, (FIXTURES / "nvidia_smi_h100x8.csv").read_text(), "")
+    node.lspci = (0, (FIXTURES / "lspci_hgx_h100.txt").read_text(), "")
+    return node
+
+
+def facts_of(result):
+    assert result["changed"] is False
+    return result["ansible_facts"]["gpu_stack"]
+
+
+def test_converged_nvswitch_node(run_module, converged, files):
+    facts = facts_of(run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED)))
+    assert facts["package_manager"] == "apt"
+    assert facts["packages"]["nvidia-driver-550"] == {
+        "installed": "550.127.08-1",
+        "pinned": "550.127.08-1",
+        "held": True,
+        "blacklisted": True,
+        "requested": "550.127.08-1",
+        "component": "driver",
+    }
+    assert facts["packages"]["libnccl2"]["blacklisted"] is False
+    assert facts["loaded"] == {"version": "550.127.08", "flavor": "open", "arch": "x86_64"}
+    assert facts["nvml"]["driver_version"] == "550.127.08"
+    assert len(facts["nvml"]["gpus"]) == 8
+    assert facts["gpu_models"] == ["NVIDIA H100 80GB HBM3"]
+    assert facts["nvswitch"]["present"] is True
+    assert facts["nvswitch"]["source"] == "lspci"
+    assert len(facts["nvswitch"]["devices"]) == 4
+    assert facts["drift"]["drifted"] is False
+    assert facts["reboot_required"] is False
+    assert "loaded_reason" not in facts
+    assert "nvml_reason" not in facts
+
+
+def test_one_call_per_tool(run_module, converged, files):
+    run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED, packages=["cuda-toolkit-12-4"]))
+    tools = [call[0].rsplit("/", 1)[-1] for call in converged.calls]
+    assert tools == ["dpkg-query", "nvidia-smi", "lspci"]
+    dpkg_call = converged.calls[0]
+    assert dpkg_call[3:] == ["cuda-toolkit-12-4", "libnccl2", "nvidia-driver-550", "nvidia-fabricmanager-550"]
+
+
+def test_check_mode_reads_the_same(run_module, converged, files):
+    normal = run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED))
+    checked = run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED), check=True)
+    assert normal == checked
+
+
+def test_upgraded_but_not_rebooted(run_module, converged, files):
+    converged.dpkg["nvidia-driver-550"] = ("550.144.03-1", "install ok installed")
+    requested = [dict(REQUESTED[0], version="550.144.03-1"), *REQUESTED[1:]]
+    facts = facts_of(run_module(gpu_stack_facts.main, dict(files, requested=requested)))
+    assert facts["drift"]["installed_differs"] == []
+    assert facts["drift"]["pin_missing"] == ["nvidia-driver-550"]
+    assert facts["drift"]["loaded_differs"] is True
+    assert facts["reboot_required"] is True
+
+
+def test_missing_module_file_and_failing_nvidia_smi(run_module, converged, files, tmp_path):
+    converged.nvidia_smi = (
+        18,
+        "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 550.144\n",
+        "",
+    )
+    args = dict(files, requested=REQUESTED, loaded_version_path=str(tmp_path / "absent"))
+    facts = facts_of(run_module(gpu_stack_facts.main, args))
+    assert facts["loaded"] is None
+    assert "does not exist" in facts["loaded_reason"]
+    assert facts["nvml"] is None
+    assert facts["nvml_reason"] == "Failed to initialize NVML: Driver/library version mismatch"
+    assert facts["gpu_models"] == []
+    assert facts["reboot_required"] is True
+    assert facts["drift"]["reboot_reasons"] == ["driver_not_loaded"]
+
+
+def test_no_nvidia_smi_no_lspci(run_module, converged, files):
+    converged.binaries = {"dpkg-query"}
+    facts = facts_of(run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED)))
+    assert facts["nvml"] is None
+    assert "nvidia-smi not found" in facts["nvml_reason"]
+    assert facts["nvswitch"] == {
+        "present": None,
+        "source": "unavailable",
+        "devices": [],
+        "reason": "lspci not found (pciutils)",
+    }
+
+
+def test_nvswitch_override_skips_lspci(run_module, converged, files):
+    facts = facts_of(run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED, nvswitch=False)))
+    assert facts["nvswitch"] == {"present": False, "source": "override", "devices": []}
+    assert not any(call[0].endswith("lspci") for call in converged.calls)
+
+
+def test_l40s_node_has_no_nvswitch(run_module, converged, files):
+    converged.lspci = (0, (FIXTURES / "lspci_l40s.txt").read_text(), "")
+    converged.nvidia_smi = (0, (FIXTURES / "nvidia_smi_l40s.csv").read_text(), "")
+    facts = facts_of(run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED)))
+    assert facts["nvswitch"]["present"] is False
+    assert facts["gpu_models"] == ["NVIDIA L40S"]
+
+
+def test_not_installed_and_unheld_packages_drift(run_module, converged, files):
+    del converged.dpkg["libnccl2"]
+    converged.held.discard("nvidia-fabricmanager-550")
+    facts = facts_of(run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED)))
+    assert facts["packages"]["libnccl2"]["installed"] is None
+    assert facts["drift"]["installed_differs"] == [
+        {"name": "libnccl2", "requested": "2.21.5-1+cuda12.4", "installed": None}
+    ]
+    # a package dpkg does not know cannot carry a hold either
+    assert facts["drift"]["hold_missing"] == ["libnccl2", "nvidia-fabricmanager-550"]
+
+
+def test_bad_pci_id_fails(run_module, converged, files):
+    with pytest.raises(run_module.Fail, match="4-digit hex"):
+        run_module(gpu_stack_facts.main, dict(files, nvswitch_pci_ids=["22a3x"]))
+
+
+def test_dnf_node(run_module, node, files):
+    node.binaries = {"rpm", "nvidia-smi", "lspci"}
+    node.rpm = {"nvidia-driver": ("3", "550.127.08", "1.el9")}
+    node.nvidia_smi = (0, (FIXTURES / "nvidia_smi_l40s.csv").read_text(), "")
+    node.lspci = (0, "", "")
+    Path(files["versionlock_path"]).write_text("nvidia-driver-3:550.127.08-1.el9.*\n")
+    requested = [
+        {"name": "nvidia-driver", "version": "550.127.08-1.el9", "component": "driver"},
+        {"name": "nvidia-fabricmanager", "version": "550.127.08-1", "component": "fabricmanager"},
+    ]
+    facts = facts_of(run_module(gpu_stack_facts.main, dict(files, requested=requested)))
+    assert facts["package_manager"] == "dnf"
+    assert facts["packages"]["nvidia-driver"]["installed"] == "3:550.127.08-1.el9"
+    assert facts["packages"]["nvidia-driver"]["held"] is True
+    assert facts["packages"]["nvidia-driver"]["blacklisted"] is None
+    assert facts["packages"]["nvidia-fabricmanager"]["installed"] is None
+    assert facts["drift"]["installed_differs"] == [
+        {"name": "nvidia-fabricmanager", "requested": "550.127.08-1", "installed": None}
+    ]
+    assert facts["drift"]["pin_missing"] == ["nvidia-fabricmanager"]
+    assert facts["drift"]["hold_missing"] == []
+    assert facts["reboot_required"] is False
