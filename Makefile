@@ -60,8 +60,8 @@ lab: venv ## build the lab from nothing and run site.yml against it
 lab-down: ## remove the lab nodes
 	molecule/lab/bin/lab-down
 
-bench: venv ## benchmarks (figures, not timed tests)
-	$(BIN)/python -m tests.benchmarks
+bench: venv ## benchmarks (figures, not timed tests): every tests/benchmarks/bench_*.py
+	@for b in tests/benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 build: venv ## ansible-galaxy collection build into build/
 	mkdir -p build

@@ -1,0 +1,801 @@
+# Copyright: gpuops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Decide a node's GPU health from parsed readings. Pure: no I/O, no clock.
+
+:func:`evaluate` takes what the parsers of this collection return
+(``nvidia_smi_xml``, ``kernel_log``, ``nvlink``, ``infiniband``,
+``dcgm_diag``, ``nccl_tests``) plus the operator's expectations and returns
+``{healthy, checks, actions, facts}``. Each check is
+``{name, status: pass|warn|fail|skip, detail, gpu_index, pci_bus_id, action}``.
+The node is healthy when no check fails. ``actions`` holds the strongest
+recommended action per GPU and for the node (see ``xid_catalog.ACTIONS``).
+:func:`render_prometheus` turns a result into a node_exporter textfile.
+
+Thresholds follow /work/shared/reference/nvidia-stack-facts.md ("Health signals").
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpuops.cluster.plugins.module_utils import xid_catalog
+from ansible_collections.gpuops.cluster.plugins.module_utils.nvidia_smi_xml import normalize_bus_id
+
+CHECKS = (
+    "nvidia_smi",
+    "gpu_count",
+    "gpu_model",
+    "driver_version",
+    "persistence_mode",
+    "mig_mode",
+    "ecc_mode",
+    "ecc_errors",
+    "row_remap",
+    "retired_pages",
+    "pcie_link",
+    "temperature",
+    "clock_events",
+    "recovery",
+    "fabric",
+    "fabricmanager",
+    "xid",
+    "sxid",
+    "nvlink",
+    "nvlink_errors",
+    "infiniband",
+    "dcgm_diag",
+    "nccl_busbw",
+)
+STATUSES = ("pass", "warn", "fail", "skip")
+_STATUS_RANK = {"skip": 0, "pass": 1, "warn": 2, "fail": 3}
+
+DEFAULT_THRESHOLDS = {
+    "temperature_warn": 85,
+    "temperature_fail": None,  # None: the GPU's own slowdown threshold, else 90
+    "ecc_volatile_uncorrectable": 0,
+    "ecc_aggregate_uncorrectable": 0,
+    "ecc_volatile_correctable": 10000,
+    "row_remap_uncorrectable": 8,
+    "retired_pages": 62,
+    "nvlink_errors": 0,
+    "ib_counter_errors": 0,
+    "nccl_busbw_gbps": None,  # None: by GPU model, see NCCL_BUSBW_GBPS
+}
+# Single-node all_reduce bus bandwidth at 16 GB messages (Azure's health checks).
+NCCL_BUSBW_GBPS = (("H200", 431.0), ("H100", 460.0), ("A100", 228.0))
+_HW_SLOWDOWN = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+_IDLE_PSTATES = ("P8", "P10", "P12")
+
+
+def _check(name, status, detail, gpu=None, action="none", pci_bus_id=None):
+    return {
+        "name": name,
+        "status": status,
+        "detail": detail,
+        "gpu_index": gpu["index"] if gpu else None,
+        "pci_bus_id": gpu["pci_bus_id"] if gpu else pci_bus_id,
+        "action": action if status in ("warn", "fail") else "none",
+    }
+
+
+class _Finding:
+    """Collects the problems of one check on one GPU; the worst decides."""
+
+    def __init__(self):
+        self.status = "pass"
+        self.action = "none"
+        self.details = []
+
+    def add(self, status, detail, action="none"):
+        if _STATUS_RANK[status] > _STATUS_RANK[self.status]:
+            self.status = status
+        self.action = xid_catalog.strongest([self.action, action])
+        self.details.append(detail)
+
+    def result(self, name, gpu, ok_detail):
+        return _check(name, self.status, "; ".join(self.details) or ok_detail, gpu, self.action)
+
+
+# --- per-GPU judges -------------------------------------------------------------------------------
+
+
+def _persistence(gpu):
+    mode = gpu.get("persistence_mode")
+    if mode is None:
+        return _check("persistence_mode", "skip", "persistence mode not reported", gpu)
+    if mode:
+        return _check("persistence_mode", "pass", "enabled", gpu)
+    return _check("persistence_mode", "warn", "disabled: enable nvidia-persistenced", gpu)
+
+
+def _mig(gpu):
+    mig = gpu.get("mig_mode") or {}
+    if mig.get("current") is None:
+        return _check("mig_mode", "skip", "MIG not supported", gpu)
+    state = "enabled" if mig["current"] else "disabled"
+    if mig.get("pending") is not None and mig["pending"] != mig["current"]:
+        pending = "enabled" if mig["pending"] else "disabled"
+        return _check(
+            "mig_mode", "warn", "MIG %s, %s pending: reset the GPU to apply" % (state, pending), gpu, "reset_gpu"
+        )
+    return _check("mig_mode", "pass", "MIG %s" % state, gpu)
+
+
+def _ecc_mode(gpu):
+    mode = gpu.get("ecc_mode") or {}
+    if mode.get("current") is None:
+        return _check("ecc_mode", "skip", "ECC not supported", gpu)
+    if mode.get("pending") is not None and mode["pending"] != mode["current"]:
+        return _check("ecc_mode", "warn", "ECC mode change pending: reset the GPU to apply", gpu, "reset_gpu")
+    if not mode["current"]:
+        return _check("ecc_mode", "warn", "ECC disabled", gpu)
+    return _check("ecc_mode", "pass", "ECC enabled", gpu)
+
+
+def _ecc_errors(gpu, limits):
+    errors = gpu.get("ecc_errors") or {}
+    volatile = errors.get("volatile") or {}
+    aggregate = errors.get("aggregate") or {}
+    if (gpu.get("ecc_mode") or {}).get("current") is None and volatile.get("uncorrectable") is None:
+        return _check("ecc_errors", "skip", "ECC not supported", gpu)
+    finding = _Finding()
+    if (volatile.get("uncorrectable") or 0) > limits["ecc_volatile_uncorrectable"]:
+        finding.add(
+            "fail", "%d uncorrectable ECC errors since the driver loaded" % volatile["uncorrectable"], "reset_gpu"
+        )
+    if (aggregate.get("uncorrectable") or 0) > limits["ecc_aggregate_uncorrectable"]:
+        finding.add("warn", "%d uncorrectable ECC errors over the GPU's life" % aggregate["uncorrectable"])
+    if (volatile.get("correctable") or 0) > limits["ecc_volatile_correctable"]:
+        finding.add("warn", "%d correctable ECC errors since the driver loaded" % volatile["correctable"])
+    if errors.get("sram_threshold_exceeded"):
+        finding.add("fail", "SRAM uncorrectable error threshold exceeded", "hardware_inspection")
+    return finding.result("ecc_errors", gpu, "no uncorrectable ECC errors")
+
+
+def _row_remap(gpu, limits):
+    rows = gpu.get("remapped_rows")
+    if rows is None:
+        return _check("row_remap", "skip", "row remapping not reported (Volta or older, or MIG enabled)", gpu)
+    finding = _Finding()
+    if rows.get("failure"):
+        finding.add("fail", "a row remapping failed: the GPU needs replacing", "hardware_inspection")
+    if rows.get("pending"):
+        finding.add("fail", "row remapping pending: reset the GPU to apply it", "reset_gpu")
+    if (rows.get("uncorrectable") or 0) >= limits["row_remap_uncorrectable"]:
+        finding.add("warn", "%d rows remapped for uncorrectable errors" % rows["uncorrectable"])
+    if (rows.get("histogram_none") or 0) > 0:
+        finding.add("warn", "%d memory banks have no spare rows left" % rows["histogram_none"])
+    return finding.result(
+        "row_remap",
+        gpu,
+        "no pending or failed remap (%s correctable, %s uncorrectable remapped)"
+        % (rows.get("correctable"), rows.get("uncorrectable")),
+    )
+
+
+def _retired_pages(gpu, limits):
+    pages = gpu.get("retired_pages")
+    if pages is None:
+        return _check("retired_pages", "skip", "page retirement not reported (Ampere and later remap rows)", gpu)
+    finding = _Finding()
+    total = (pages.get("single_bit") or 0) + (pages.get("double_bit") or 0)
+    if pages.get("pending"):
+        finding.add("fail", "page retirement pending: reset the GPU (or reboot) to retire it", "reset_gpu")
+    if total >= limits["retired_pages"]:
+        finding.add(
+            "fail",
+            "%d pages retired (limit %d): the GPU needs replacing" % (total, limits["retired_pages"]),
+            "hardware_inspection",
+        )
+    return finding.result("retired_pages", gpu, "%d pages retired, none pending" % total)
+
+
+def _pcie(gpu):
+    pcie = gpu.get("pcie") or {}
+    finding = _Finding()
+    width, width_max = pcie.get("width_current"), pcie.get("width_max")
+    gen, gen_max = pcie.get("gen_current"), pcie.get("gen_max")
+    if width is None and gen is None:
+        return _check("pcie_link", "skip", "PCIe link not reported", gpu)
+    if width is not None and width_max is not None and width < width_max:
+        finding.add(
+            "fail",
+            "PCIe link x%d, capable of x%d: reseat or inspect the GPU and riser" % (width, width_max),
+            "hardware_inspection",
+        )
+    if gen is not None and gen_max is not None and gen < gen_max:
+        idle = (gpu.get("clock_events") or {}).get("gpu_idle") or gpu.get("performance_state") in _IDLE_PSTATES
+        if idle:
+            finding.details.append("Gen%d of Gen%d while idle (the link trains down to save power)" % (gen, gen_max))
+        else:
+            finding.add("warn", "PCIe Gen%d, capable of Gen%d under load" % (gen, gen_max))
+    return finding.result("pcie_link", gpu, "Gen%s x%s" % (gen, width))
+
+
+def _temperature(gpu, limits):
+    temperature = gpu.get("temperature") or {}
+    current = temperature.get("gpu")
+    if current is None:
+        return _check("temperature", "skip", "GPU temperature not reported", gpu)
+    fail_at = limits["temperature_fail"] or temperature.get("slowdown") or 90
+    if current >= fail_at:
+        return _check(
+            "temperature",
+            "fail",
+            "%s C, at or above %s C: check cooling" % (current, fail_at),
+            gpu,
+            "hardware_inspection",
+        )
+    if current >= limits["temperature_warn"]:
+        return _check("temperature", "warn", "%s C, at or above %s C" % (current, limits["temperature_warn"]), gpu)
+    return _check("temperature", "pass", "%s C" % current, gpu)
+
+
+def _clock_events(gpu):
+    events = gpu.get("clock_events") or {}
+    if not events:
+        return _check("clock_events", "skip", "clock event reasons not reported", gpu)
+    finding = _Finding()
+    for reason in _HW_SLOWDOWN:
+        if events.get(reason):
+            finding.add("fail", "%s active: check power and cooling" % reason, "hardware_inspection")
+    if events.get("sw_thermal_slowdown"):
+        finding.add("warn", "sw_thermal_slowdown active")
+    active = sorted(name for name, value in events.items() if value)
+    return finding.result("clock_events", gpu, "no slowdown (active: %s)" % (", ".join(active) or "none"))
+
+
+def _recovery(gpu):
+    finding = _Finding()
+    if gpu.get("reset_required"):
+        finding.add("fail", "the driver reports a GPU reset is required", "reset_gpu")
+    if gpu.get("drain_and_reset_recommended"):
+        finding.add("fail", "the driver recommends drain and reset", "reset_gpu")
+    recovery = (gpu.get("recovery_action") or "").strip()
+    if recovery and recovery.lower() != "none":
+        action = "reboot_node" if "reboot" in recovery.lower() else "reset_gpu"
+        finding.add("fail", "GPU recovery action: %s" % recovery, action)
+    for error in gpu.get("field_errors") or []:
+        reading = error["reading"].lower()
+        if "requires reset" in reading:
+            finding.add("fail", "%s reads %s" % (error["field"], error["reading"]), "reset_gpu")
+        elif "lost" in reading or "unknown error" in reading:
+            finding.add("fail", "%s reads %s" % (error["field"], error["reading"]), "reboot_node")
+        else:
+            finding.add("warn", "%s reads %s" % (error["field"], error["reading"]))
+    return finding.result("recovery", gpu, "no recovery action pending")
+
+
+def _fabric(gpu):
+    fabric = gpu.get("fabric") or {}
+    state, status = fabric.get("state"), fabric.get("status")
+    if state is None:
+        return _check("fabric", "skip", "no NVLink fabric reported for this GPU", gpu)
+    if state.lower() == "completed" and (status is None or status.lower() == "success"):
+        return _check("fabric", "pass", "fabric registration %s (%s)" % (state, status), gpu)
+    return _check(
+        "fabric",
+        "fail",
+        "fabric registration %s (%s): restart nvidia-fabricmanager, reboot if it persists" % (state, status),
+        gpu,
+        "reboot_node",
+    )
+
+
+# --- node-level judges ----------------------------------------------------------------------------
+
+
+def _gpu_count(smi, expected):
+    found = len(smi["gpus"])
+    if expected is None:
+        return _check("gpu_count", "skip", "%d GPUs; no expected_gpu_count given" % found)
+    if found < expected:
+        return _check(
+            "gpu_count",
+            "fail",
+            "%d of %d GPUs visible: reboot; inspect if one stays missing" % (found, expected),
+            action="reboot_node",
+        )
+    if found > expected:
+        return _check("gpu_count", "warn", "%d GPUs visible, %d expected" % (found, expected))
+    return _check("gpu_count", "pass", "%d GPUs" % found)
+
+
+def _gpu_model(gpus, expected):
+    if not expected:
+        return [_check("gpu_model", "skip", "no expected_gpu_model given")]
+    checks = []
+    for gpu in gpus:
+        name = gpu.get("product_name") or ""
+        if expected.lower() in name.lower():
+            checks.append(_check("gpu_model", "pass", name, gpu))
+        else:
+            checks.append(_check("gpu_model", "fail", "%r is not a %s" % (name, expected), gpu, "hardware_inspection"))
+    return checks
+
+
+def _driver_version(smi, expected):
+    found = smi.get("driver_version")
+    if not expected:
+        return _check("driver_version", "skip", "driver %s; no expected_driver_version given" % found)
+    if found and (found == expected or found.startswith(expected + ".")):
+        return _check("driver_version", "pass", "driver %s" % found)
+    return _check("driver_version", "fail", "driver %s, expected %s" % (found, expected))
+
+
+def _gpu_by_bus(gpus):
+    return {gpu["pci_key"]: gpu for gpu in gpus if gpu.get("pci_key")}
+
+
+def _xid_checks(kernel, gpus):
+    by_bus = _gpu_by_bus(gpus)
+    groups = {}
+    for event in kernel["events"]:
+        if event["kind"] != "xid":
+            continue
+        key = (event["code"], event["pci_bus_id"])
+        group = groups.setdefault(key, {"count": 0, "last": event})
+        group["count"] += 1
+        group["last"] = event
+    if not groups:
+        return [_check("xid", "pass", "no Xid events in the window")]
+    checks = []
+    for (code, bus), group in sorted(groups.items()):
+        info = xid_catalog.lookup(code, group["last"]["text"])
+        status = {"critical": "fail", "warning": "warn", "info": "pass"}[info["severity"]]
+        gpu = by_bus.get(normalize_bus_id(bus))
+        kind = "application fault" if info["application_fault"] else info["severity"]
+        detail = "Xid %d (%s, %s) x%d on %s: %s" % (
+            code,
+            info["name"],
+            kind,
+            group["count"],
+            bus,
+            group["last"]["text"],
+        )
+        if not info["known"]:
+            detail += " (unknown code: look it up at %s)" % info["source"]
+        if gpu is None:
+            detail += " (GPU not in nvidia-smi output)"
+        checks.append(_check("xid", status, detail, gpu, info["action"], pci_bus_id=bus))
+    return checks
+
+
+def _sxid_checks(kernel):
+    groups = {}
+    for event in kernel["events"]:
+        if event["kind"] != "sxid":
+            continue
+        key = (event["code"], event["pci_bus_id"])
+        group = groups.setdefault(key, {"count": 0, "last": event})
+        group["count"] += 1
+        group["last"] = event
+    if not groups:
+        return [_check("sxid", "pass", "no NVSwitch SXid events in the window")]
+    checks = []
+    for (code, bus), group in sorted(groups.items()):
+        info = xid_catalog.lookup_sxid(code, group["last"]["text"])
+        status = "fail" if info["severity"] == "critical" else "warn"
+        detail = "SXid %d x%d on %s %s: %s" % (
+            code,
+            group["count"],
+            group["last"]["device"],
+            bus,
+            group["last"]["text"],
+        )
+        checks.append(_check("sxid", status, detail, None, info["action"], pci_bus_id=bus))
+    return checks
+
+
+def _match_gpu(entry, gpus):
+    """The nvidia-smi GPU an ``nvidia-smi nvlink`` block speaks of: by UUID, else by index."""
+    for gpu in gpus:
+        if entry.get("uuid") and gpu.get("uuid") == entry["uuid"]:
+            return gpu
+    if any(gpu.get("uuid") for gpu in gpus) and entry.get("uuid"):
+        return {"index": entry["index"], "pci_bus_id": None}
+    for gpu in gpus:
+        if gpu["index"] == entry["index"]:
+            return gpu
+    return {"index": entry["index"], "pci_bus_id": None}
+
+
+def _nvlink_checks(status, gpus):
+    peers = max((len(entry["links"]) for entry in status["gpus"]), default=0)
+    if peers == 0:
+        return [_check("nvlink", "skip", "no NVLink links reported (PCIe GPUs, or NVLink absent)")]
+    checks = []
+    for entry in status["gpus"]:
+        gpu = _match_gpu(entry, gpus)
+        inactive = [link["link"] for link in entry["links"] if not link["active"]]
+        if not entry["links"]:
+            checks.append(
+                _check(
+                    "nvlink", "fail", "no NVLink link up while peers have %d: reset the GPU" % peers, gpu, "reset_gpu"
+                )
+            )
+        elif inactive:
+            checks.append(
+                _check(
+                    "nvlink",
+                    "fail",
+                    "NVLink %s inactive of %d" % (", ".join(map(str, inactive)), len(entry["links"])),
+                    gpu,
+                    "reset_gpu",
+                )
+            )
+        elif len(entry["links"]) < peers:
+            checks.append(
+                _check(
+                    "nvlink",
+                    "fail",
+                    "%d NVLinks listed, peers have %d" % (len(entry["links"]), peers),
+                    gpu,
+                    "reset_gpu",
+                )
+            )
+        else:
+            speeds = sorted({link["speed_gbps"] for link in entry["links"]})
+            checks.append(_check("nvlink", "pass", "%d links active at %s GB/s" % (len(entry["links"]), speeds), gpu))
+    return checks
+
+
+def _nvlink_error_checks(errors, gpus, limit):
+    checks = []
+    for entry in errors["gpus"]:
+        gpu = _match_gpu(entry, gpus)
+        high = [
+            "link %d %s=%d" % (link["link"], name, value)
+            for link in entry["links"]
+            for name, value in sorted(link["counters"].items())
+            if value > limit
+        ]
+        if high:
+            checks.append(
+                _check("nvlink_errors", "warn", "NVLink error counters above %d: %s" % (limit, ", ".join(high)), gpu)
+            )
+        else:
+            checks.append(_check("nvlink_errors", "pass", "NVLink error counters at or below %d" % limit, gpu))
+    return checks or [_check("nvlink_errors", "skip", "no NVLink error counters reported")]
+
+
+def _infiniband_checks(ib, expected_ports, expected_rate, limit):
+    ports = {port["name"]: port for port in ib["ports"]}
+    by_device = {}
+    for port in ib["ports"]:
+        by_device.setdefault(port["device"], []).append(port)
+    if expected_ports:
+        wanted = []
+        for name in expected_ports:
+            if ":" in name:
+                wanted.append((name, ports.get(name)))
+            else:
+                wanted.extend([(port["name"], port) for port in by_device.get(name, [])] or [(name + ":1", None)])
+        strict = True
+    else:
+        if not ib["ports"]:
+            return [_check("infiniband", "skip", "no InfiniBand ports found")]
+        wanted = [(port["name"], port) for port in ib["ports"]]
+        strict = False
+    checks = []
+    for name, port in wanted:
+        if port is None:
+            checks.append(
+                _check(
+                    "infiniband",
+                    "fail",
+                    "expected port %s not found" % name,
+                    action="hardware_inspection",
+                    pci_bus_id=None,
+                )
+            )
+            continue
+        finding = _Finding()
+        bad = "fail" if strict else "warn"
+        if (port["state"] or "").upper() != "ACTIVE":
+            finding.add(bad, "%s state %s" % (name, port["state"]), "hardware_inspection")
+        if (port["phys_state"] or "").lower() != "linkup":
+            finding.add(bad, "%s phys_state %s" % (name, port["phys_state"]), "hardware_inspection")
+        if expected_rate and (port["rate_gbps"] or 0) < expected_rate:
+            finding.add(
+                bad, "%s rate %s, expected %s Gb/s" % (name, port["rate"], expected_rate), "hardware_inspection"
+            )
+        high = ["%s=%d" % (counter, value) for counter, value in sorted(port["counters"].items()) if value > limit]
+        if high:
+            finding.add("warn", "%s error counters above %d: %s" % (name, limit, ", ".join(high)))
+        checks.append(
+            finding.result("infiniband", None, "%s %s %s %s" % (name, port["state"], port["phys_state"], port["rate"]))
+        )
+    return checks
+
+
+def _dcgm_checks(dcgm, gpus):
+    by_index = {gpu["index"]: gpu for gpu in gpus}
+    parsed = dcgm["parsed"]
+    if not parsed["results"]:
+        return [
+            _check(
+                "dcgm_diag",
+                "warn",
+                "dcgmi diag -r %s gave no results: %s" % (dcgm["level"], "; ".join(parsed["warnings"])),
+            )
+        ]
+    if not parsed["failed"]:
+        return [
+            _check(
+                "dcgm_diag",
+                "pass",
+                "dcgmi diag -r %s: %d results, none failed" % (dcgm["level"], len(parsed["results"])),
+            )
+        ]
+    checks = []
+    for failure in parsed["failed"]:
+        gpu = by_index.get(failure["gpu_index"]) if isinstance(failure["gpu_index"], int) else None
+        info = failure["info"]
+        checks.append(
+            _check(
+                "dcgm_diag",
+                "fail",
+                "dcgmi diag -r %s: %s failed %s" % (dcgm["level"], failure["test"], info),
+                gpu,
+                "reset_gpu",
+            )
+        )
+    return checks
+
+
+def _nccl_check(nccl, gpus, minimum):
+    parsed = nccl["parsed"]
+    if minimum is None:
+        models = " ".join(gpu.get("product_name") or "" for gpu in gpus).upper()
+        minimum = next((value for model, value in NCCL_BUSBW_GBPS if model in models), None)
+    busbw = parsed["busbw_gbps"]
+    if busbw is None:
+        return _check("nccl_busbw", "warn", "all_reduce_perf gave no result: %s" % "; ".join(parsed["warnings"]))
+    if parsed["wrong"]:
+        return _check(
+            "nccl_busbw",
+            "fail",
+            "all_reduce_perf found %d wrong results" % parsed["wrong"],
+            action="hardware_inspection",
+        )
+    if minimum is None:
+        return _check("nccl_busbw", "pass", "bus bandwidth %.1f GB/s (no threshold for this GPU model)" % busbw)
+    if busbw < minimum:
+        return _check(
+            "nccl_busbw",
+            "fail",
+            "bus bandwidth %.1f GB/s, expected >= %.1f" % (busbw, minimum),
+            action="hardware_inspection",
+        )
+    return _check("nccl_busbw", "pass", "bus bandwidth %.1f GB/s >= %.1f" % (busbw, minimum))
+
+
+def _fabricmanager_check(fabricmanager):
+    if not fabricmanager.get("required"):
+        return _check("fabricmanager", "skip", fabricmanager.get("reason") or "no NVSwitch on this node")
+    state = fabricmanager.get("state")
+    if state == "active":
+        return _check("fabricmanager", "pass", "nvidia-fabricmanager active")
+    return _check(
+        "fabricmanager",
+        "fail",
+        "nvidia-fabricmanager %s on an NVSwitch system: start it (a reboot also does)" % state,
+        action="reboot_node",
+    )
+
+
+# --- the evaluator --------------------------------------------------------------------------------
+
+
+def evaluate(inputs, options=None):
+    """Judge one node.
+
+    ``inputs`` keys (each optional): ``smi`` (nvidia_smi_xml.parse), ``kernel``
+    (kernel_log.parse), ``nvlink_status`` / ``nvlink_errors`` (nvlink.parse_*),
+    ``infiniband`` (infiniband.read_ports), ``fabricmanager``
+    (``{required, state, reason}``), ``dcgm`` (``{level, parsed}``), ``nccl``
+    (``{parsed}``) and ``unavailable``: ``{source: reason}`` for sources not
+    read, which turns their checks into skips with that reason. Sources:
+    ``smi kernel nvlink_status nvlink_errors infiniband fabricmanager dcgm nccl``.
+
+    ``options``: ``expected_gpu_count``, ``expected_gpu_model``,
+    ``expected_driver_version``, ``expected_ib_ports`` (``mlx5_0`` or
+    ``mlx5_0:1``), ``expected_ib_rate`` (Gb/s), ``thresholds`` (see
+    ``DEFAULT_THRESHOLDS``), ``skip_checks``.
+    """
+    options = options or {}
+    limits = dict(DEFAULT_THRESHOLDS)
+    limits.update({key: value for key, value in (options.get("thresholds") or {}).items() if value is not None})
+    skip = set(options.get("skip_checks") or [])
+    unavailable = dict(inputs.get("unavailable") or {})
+    checks = []
+
+    def skipped(names, reason):
+        return [_check(name, "skip", reason) for name in names]
+
+    smi = inputs.get("smi")
+    gpus = smi["gpus"] if smi else []
+    smi_checks = (
+        "gpu_count", "gpu_model", "driver_version", "persistence_mode", "mig_mode", "ecc_mode", "ecc_errors",
+        "row_remap", "retired_pages", "pcie_link", "temperature", "clock_events", "recovery", "fabric",
+    )  # fmt: skip
+    if smi is None:
+        reason = unavailable.get("smi", "nvidia-smi output not available")
+        checks.append(_check("nvidia_smi", "fail", reason, action="reboot_node"))
+        checks.extend(skipped(smi_checks, "no nvidia-smi output"))
+    elif not gpus:
+        detail = "; ".join(smi["warnings"]) or "nvidia-smi lists no GPUs"
+        checks.append(_check("nvidia_smi", "fail", detail, action="reboot_node"))
+        checks.append(_gpu_count(smi, options.get("expected_gpu_count")))
+        checks.extend(skipped(smi_checks[1:], "nvidia-smi lists no GPUs"))
+    else:
+        status = "warn" if smi["warnings"] else "pass"
+        detail = "; ".join(smi["warnings"]) or "%d GPUs, driver %s" % (len(gpus), smi.get("driver_version"))
+        checks.append(_check("nvidia_smi", status, detail))
+        checks.append(_gpu_count(smi, options.get("expected_gpu_count")))
+        checks.extend(_gpu_model(gpus, options.get("expected_gpu_model")))
+        checks.append(_driver_version(smi, options.get("expected_driver_version")))
+        for gpu in gpus:
+            checks.extend(
+                [
+                    _persistence(gpu),
+                    _mig(gpu),
+                    _ecc_mode(gpu),
+                    _ecc_errors(gpu, limits),
+                    _row_remap(gpu, limits),
+                    _retired_pages(gpu, limits),
+                    _pcie(gpu),
+                    _temperature(gpu, limits),
+                    _clock_events(gpu),
+                    _recovery(gpu),
+                    _fabric(gpu),
+                ]
+            )
+
+    kernel = inputs.get("kernel")
+    if kernel is None:
+        checks.extend(skipped(("xid", "sxid"), unavailable.get("kernel", "kernel log not read")))
+    else:
+        checks.extend(_xid_checks(kernel, gpus))
+        checks.extend(_sxid_checks(kernel))
+
+    if inputs.get("nvlink_status") is None:
+        checks.extend(skipped(("nvlink",), unavailable.get("nvlink_status", "NVLink status not read")))
+    else:
+        checks.extend(_nvlink_checks(inputs["nvlink_status"], gpus))
+    if inputs.get("nvlink_errors") is None:
+        checks.extend(skipped(("nvlink_errors",), unavailable.get("nvlink_errors", "NVLink error counters not read")))
+    else:
+        checks.extend(_nvlink_error_checks(inputs["nvlink_errors"], gpus, limits["nvlink_errors"]))
+
+    if inputs.get("infiniband") is None:
+        checks.extend(skipped(("infiniband",), unavailable.get("infiniband", "InfiniBand ports not read")))
+    else:
+        checks.extend(
+            _infiniband_checks(
+                inputs["infiniband"], options.get("expected_ib_ports"), options.get("expected_ib_rate"),
+                limits["ib_counter_errors"],
+            )
+        )  # fmt: skip
+
+    if inputs.get("fabricmanager") is None:
+        checks.extend(skipped(("fabricmanager",), unavailable.get("fabricmanager", "Fabric Manager state not read")))
+    else:
+        checks.append(_fabricmanager_check(inputs["fabricmanager"]))
+
+    if inputs.get("dcgm") is None:
+        checks.extend(skipped(("dcgm_diag",), unavailable.get("dcgm", "not run at this level")))
+    else:
+        checks.extend(_dcgm_checks(inputs["dcgm"], gpus))
+    if inputs.get("nccl") is None:
+        checks.extend(skipped(("nccl_busbw",), unavailable.get("nccl", "not run at this level")))
+    else:
+        checks.append(_nccl_check(inputs["nccl"], gpus, limits["nccl_busbw_gbps"]))
+
+    if skip:
+        kept = [check for check in checks if check["name"] not in skip]
+        checks = kept + skipped(sorted(skip & set(CHECKS)), "skipped by skip_checks")
+
+    return {
+        "healthy": not any(check["status"] == "fail" for check in checks),
+        "checks": checks,
+        "actions": _actions(checks, gpus),
+        "facts": _facts(smi, kernel),
+        "summary": _summary(checks),
+    }
+
+
+def _actions(checks, gpus):
+    per_gpu = {}
+    for gpu in gpus:
+        per_gpu[gpu["index"]] = {"gpu_index": gpu["index"], "pci_bus_id": gpu["pci_bus_id"], "action": "none"}
+    for check in checks:
+        if check["gpu_index"] is None or check["status"] not in ("warn", "fail"):
+            continue
+        entry = per_gpu.setdefault(
+            check["gpu_index"], {"gpu_index": check["gpu_index"], "pci_bus_id": check["pci_bus_id"], "action": "none"}
+        )
+        entry["action"] = xid_catalog.strongest([entry["action"], check["action"]])
+    node = xid_catalog.strongest(check["action"] for check in checks if check["status"] in ("warn", "fail"))
+    return {"node": node, "gpus": [per_gpu[index] for index in sorted(per_gpu)]}
+
+
+def _facts(smi, kernel):
+    gpus = smi["gpus"] if smi else []
+    return {
+        "driver_version": smi.get("driver_version") if smi else None,
+        "cuda_version": smi.get("cuda_version") if smi else None,
+        "gpu_count": len(gpus),
+        "gpu_models": sorted({gpu["product_name"] for gpu in gpus if gpu.get("product_name")}),
+        "gpus": [
+            {
+                "index": gpu["index"],
+                "pci_bus_id": gpu["pci_bus_id"],
+                "product_name": gpu.get("product_name"),
+                "uuid": gpu.get("uuid"),
+                "serial": gpu.get("serial"),
+            }
+            for gpu in gpus
+        ],
+        "parse_warnings": list(smi["warnings"]) if smi else [],
+        "kernel_log_formats": kernel["formats"] if kernel else [],
+        "kernel_events": len(kernel["events"]) if kernel else 0,
+    }
+
+
+def _summary(checks):
+    counts = {status: 0 for status in STATUSES}
+    for check in checks:
+        counts[check["status"]] += 1
+    problems = ["%s%s: %s" % (check["name"], "" if check["gpu_index"] is None else "[gpu%d]" % check["gpu_index"],
+                              check["detail"]) for check in checks if check["status"] == "fail"]  # fmt: skip
+    return {"counts": counts, "failed": problems}
+
+
+# --- Prometheus textfile --------------------------------------------------------------------------
+
+_STATUS_VALUE = {"pass": 0, "warn": 1, "fail": 2, "skip": 3}
+
+
+def _label(value):
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render_prometheus(result, timestamp):
+    """node_exporter textfile-collector text for ``result`` (one gauge per check and GPU).
+
+    Checks that repeat on the same GPU (several Xid codes) are folded into
+    their worst status so no series appears twice. ``timestamp`` is the run
+    time in seconds since the epoch.
+    """
+    worst = {}
+    for check in result["checks"]:
+        gpu = "" if check["gpu_index"] is None else str(check["gpu_index"])
+        key = (check["name"], gpu, check["pci_bus_id"] or "")
+        if key not in worst or _STATUS_RANK[check["status"]] > _STATUS_RANK[worst[key]]:
+            worst[key] = check["status"]
+    lines = [
+        "# HELP gpuops_gpu_health_check Result of one gpuops.cluster.gpu_health check: 0 pass, 1 warn, 2 fail, 3 skip.",
+        "# TYPE gpuops_gpu_health_check gauge",
+    ]
+    for (name, gpu, bus), status in sorted(worst.items()):
+        lines.append(
+            'gpuops_gpu_health_check{check="%s",gpu="%s",pci_bus_id="%s"} %d'
+            % (_label(name), _label(gpu), _label(bus), _STATUS_VALUE[status])
+        )
+    lines += [
+        "# HELP gpuops_gpu_health_healthy 1 when no check failed on this node.",
+        "# TYPE gpuops_gpu_health_healthy gauge",
+        "gpuops_gpu_health_healthy %d" % (1 if result["healthy"] else 0),
+        "# HELP gpuops_gpu_health_action Strongest recommended action for the node (1 marks it).",
+        "# TYPE gpuops_gpu_health_action gauge",
+    ]
+    for action in xid_catalog.ACTIONS:
+        lines.append(
+            'gpuops_gpu_health_action{action="%s"} %d' % (action, 1 if result["actions"]["node"] == action else 0)
+        )
+    lines += [
+        "# HELP gpuops_gpu_health_last_run_timestamp_seconds When gpuops.cluster.gpu_health last ran.",
+        "# TYPE gpuops_gpu_health_last_run_timestamp_seconds gauge",
+        "gpuops_gpu_health_last_run_timestamp_seconds %d" % int(timestamp),
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,229 @@
+# Copyright: gpuops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Find NVIDIA Xid and NVSwitch SXid events in a kernel log.
+
+Reads the formats operators have at hand, line by line (a file may mix them):
+
+- ``dmesg -T``:              ``[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13, ...``
+- ``dmesg`` (monotonic):     ``[ 1108.858286] nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, ...``
+- ``journalctl -k -o short-iso``: ``2024-08-30T11:43:09+0000 node kernel: NVRM: Xid ...``
+- ``journalctl -k`` (short, also /var/log/messages): ``Aug 30 11:43:09 node kernel: NVRM: Xid ...``
+- raw ``/dev/kmsg``:         ``4,1234,5678901,-;NVRM: Xid (PCI:0000:18:00): 79, pid=...``
+
+Events are bounded to a window: since boot (the default) or since a given time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+_XID = re.compile(
+    r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?\): "
+    r"(?P<code>\d+),\s*(?P<text>.*)$"
+)
+_SXID = re.compile(
+    r"(?P<device>nvidia-nvswitch\d+): SXid \((?:PCI:)?(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
+    r"(?:\.[0-7])?\): (?P<code>\d+),\s*(?P<text>.*)$"
+)
+_KMSG = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
+_DMESG_T = re.compile(r"^\[(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?(?P<msg>.*)$")
+_DMESG = re.compile(r"^\[\s*(?P<uptime>\d+\.\d+)\]\s?(?P<msg>.*)$")
+_ISO = re.compile(
+    r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) (?P<host>\S+) (?P<ident>[^:\s]+): "
+    r"(?P<msg>.*)$"
+)
+_SHORT = re.compile(r"^(?P<ts>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>\S+) (?P<ident>[^:\s]+): (?P<msg>.*)$")
+_BOOT_MARKER = re.compile(r"^-- (?:Boot|Reboot) ")
+_KERNEL_TIME_PREFIX = re.compile(r"^\[\s*(?P<uptime>\d+\.\d+)\]\s?")
+
+FORMATS = ("dmesg_t", "dmesg", "journal_iso", "journal_short", "kmsg")
+
+
+def parse_since(value, now=None):
+    """``2h``/``30m``/``1d``/``90s`` before ``now``, or an ISO 8601 time; None stays None."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime.datetime):
+        return value
+    text = str(value).strip()
+    match = re.match(r"^(\d+)\s*([smhd])$", text)
+    if match:
+        amount, unit = int(match.group(1)), match.group(2)
+        seconds = amount * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+        base = now or datetime.datetime.now(datetime.timezone.utc)
+        return base - datetime.timedelta(seconds=seconds)
+    return _parse_iso(text)
+
+
+def _parse_iso(text):
+    text = text.replace(",", ".")
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    match = re.match(r"^(.*[T ]\d\d:\d\d:\d\d(?:\.\d+)?)([+-]\d\d)(\d\d)$", text)
+    if match:
+        text = "%s%s:%s" % match.groups()
+    try:
+        return datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            "not a time: %r (use ISO 8601 such as 2024-08-30T11:00:00+00:00, or 2h / 30m / 1d)" % text
+        ) from None
+
+
+def _comparable(a, b):
+    """Make two datetimes comparable: an aware one meets a naive (local) one in local time."""
+    if (a.tzinfo is None) == (b.tzinfo is None):
+        return a, b
+    if a.tzinfo is not None:
+        return a.astimezone().replace(tzinfo=None), b
+    return a, b.astimezone().replace(tzinfo=None)
+
+
+def _short_time(text, now):
+    reference = now or datetime.datetime.now()
+    if reference.tzinfo is not None:
+        reference = reference.astimezone().replace(tzinfo=None)
+    parsed = datetime.datetime.strptime("%d %s" % (reference.year, " ".join(text.split())), "%Y %b %d %H:%M:%S")
+    if parsed > reference + datetime.timedelta(days=1):
+        parsed = parsed.replace(year=parsed.year - 1)  # December lines read in January
+    return parsed
+
+
+def _split(line, now):
+    """``(format, time, uptime, message)`` of one line, or None when it is no kernel log line."""
+    match = _KMSG.match(line)
+    if match:
+        return "kmsg", None, int(match.group("usec")) / 1e6, match.group("msg")
+    match = _DMESG_T.match(line)
+    if match:
+        ts = datetime.datetime.strptime(" ".join(match.group("ts").split()), "%a %b %d %H:%M:%S %Y")
+        return "dmesg_t", ts, None, match.group("msg")
+    match = _DMESG.match(line)
+    if match:
+        return "dmesg", None, float(match.group("uptime")), match.group("msg")
+    match = _ISO.match(line)
+    if match:
+        return "journal_iso", _parse_iso(match.group("ts")), None, match.group("msg")
+    match = _SHORT.match(line)
+    if match:
+        return "journal_short", _short_time(match.group("ts"), now), None, match.group("msg")
+    return None
+
+
+def parse(text, since=None, boot_time=None, now=None):
+    """Xid and SXid events of ``text`` inside the window.
+
+    ``since``: a datetime (or see :func:`parse_since`); None means since boot.
+    ``boot_time``: when the running kernel booted (datetime); it converts
+    monotonic timestamps (``dmesg``, ``/dev/kmsg``) to times and, with
+    ``since`` None, drops events of earlier boots. Without it, journal boot
+    markers (``-- Boot ... --``) and a restarting monotonic clock still
+    separate boots.
+
+    Returns ``{events, formats, warnings, lines, boots_seen}``; each event is
+    ``{kind: xid|sxid, code, pci_bus_id, device, text, time, uptime, line}``
+    with ``time`` an ISO string or None.
+    """
+    warnings = []
+    if isinstance(since, str):
+        since = parse_since(since, now=now)
+    candidates = []  # (boot number, event, datetime or None)
+    formats = set()
+    boot = 0
+    last_uptime = None
+    lines = 0
+    relative_without_boot = False
+    for raw in (text or "").splitlines():
+        line = raw.rstrip("\r\n")
+        if not line.strip():
+            continue
+        lines += 1
+        if _BOOT_MARKER.match(line):
+            boot += 1
+            continue
+        try:
+            split = _split(line, now)
+        except ValueError as error:
+            warnings.append("line %d: time not understood (%s): %s" % (lines, error, line[:160]))
+            continue
+        if split is None:
+            message = line
+            fmt, when, uptime = None, None, None
+        else:
+            fmt, when, uptime, message = split
+            formats.add(fmt)
+        prefix = _KERNEL_TIME_PREFIX.match(message)
+        if prefix:  # rsyslog/journal lines that carry the kernel's own [uptime]
+            if uptime is None:
+                uptime = float(prefix.group("uptime"))
+            message = message[prefix.end() :]
+        if uptime is not None and fmt in ("dmesg", "kmsg"):
+            if last_uptime is not None and uptime + 1.0 < last_uptime:
+                boot += 1  # the monotonic clock restarted: a new boot
+            last_uptime = uptime
+            if when is None and boot_time is not None:
+                when = boot_time + datetime.timedelta(seconds=uptime)
+        event = _event(message, line)
+        if event is None:
+            continue
+        event["uptime"] = uptime
+        if when is None and since is not None:
+            relative_without_boot = True
+        candidates.append((boot, event, when))
+    events = []
+    for event_boot, event, when in candidates:
+        if since is None:
+            if boot_time is not None and when is not None:
+                left, right = _comparable(when, boot_time)
+                if left < right:
+                    continue
+            elif event_boot != boot:
+                continue
+        elif when is not None:
+            left, right = _comparable(when, since)
+            if left < right:
+                continue
+        event["time"] = when.isoformat() if when is not None else None
+        events.append(event)
+    if relative_without_boot:
+        warnings.append("some lines carry only time since boot and no boot time was given: kept regardless of since")
+    return {
+        "events": events,
+        "formats": sorted(formats),
+        "warnings": warnings,
+        "lines": lines,
+        "boots_seen": boot + 1,
+    }
+
+
+def _event(message, line):
+    match = _XID.search(message)
+    if match:
+        return {
+            "kind": "xid",
+            "code": int(match.group("code")),
+            "pci_bus_id": _short_bus(match.group("bus")),
+            "device": None,
+            "text": match.group("text").strip(),
+            "line": line,
+        }
+    match = _SXID.search(message)
+    if match:
+        text = match.group("text").strip()
+        if not text.lower().startswith(("fatal", "non-fatal")):
+            return None  # "Severity 1 Engine instance ..." / "Data {...}" follow the event line
+        return {
+            "kind": "sxid",
+            "code": int(match.group("code")),
+            "pci_bus_id": _short_bus(match.group("bus")),
+            "device": match.group("device"),
+            "text": text,
+            "line": line,
+        }
+    return None
+
+
+def _short_bus(bus):
+    domain, rest = bus.split(":", 1)
+    return ("%04x:%s" % (int(domain, 16) & 0xFFFF, rest)).lower()

@@ -1,0 +1,673 @@
+#!/usr/bin/python
+# Copyright: gpuops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpu_health
+short_description: One GPU health verdict per node from nvidia-smi, kernel log, NVLink, Fabric Manager and InfiniBand
+version_added: 0.1.0
+description:
+  - Reads the node's GPU state with B(one) C(nvidia-smi -q -x) call (not one call per GPU or per field), the kernel log
+    (C(journalctl -k) or C(dmesg -T)), C(nvidia-smi nvlink -s) (and C(-e) from O(level=standard)), InfiniBand ports from
+    C(/sys/class/infiniband), and C(systemctl is-active nvidia-fabricmanager) on NVSwitch systems.
+  - Judges ECC errors, row remapping (Ampere and later) or retired pages (Volta), PCIe link generation and width,
+    temperature, clock event (throttle) reasons, recovery actions the driver asks for, NVLink fabric state, Xid and
+    NVSwitch SXid events against NVIDIA's Xid catalog, NVLink links and counters, InfiniBand state and rate.
+  - O(level=standard) adds C(dcgmi diag -r 1); O(level=extended) runs C(dcgmi diag -r 2) and, when nccl-tests is
+    installed, C(all_reduce_perf) against a bus-bandwidth threshold. A missing optional tool is a skipped check with
+    its reason, not a failure.
+  - Offline triage, with O(nvidia_smi_xml) set, judges captured files instead and runs no command at all, so a support
+    engineer can run C(ansible localhost -m gpuops.cluster.gpu_health -a nvidia_smi_xml=...) on a user's capture.
+  - Never changes the node. The only write is the optional O(prometheus_textfile).
+author:
+  - gpuops.cluster maintainers (@gpuops)
+options:
+  level:
+    description:
+      - V(quick) reads state only (seconds). V(standard) adds C(dcgmi diag -r 1) and NVLink error counters.
+        V(extended) runs C(dcgmi diag -r 2) (minutes) and C(all_reduce_perf) when installed.
+    type: str
+    choices: [quick, standard, extended]
+    default: quick
+  nvidia_smi_path:
+    description:
+      - Path of C(nvidia-smi). Defaults to the one on the node's C(PATH). Point it at a simulated binary in a lab.
+    type: path
+  nvidia_smi_xml:
+    description:
+      - Offline triage. A file holding C(nvidia-smi -q -x) output. When set, no command runs; every other input
+        comes from the options below and checks without an input are skipped.
+    type: path
+  kernel_log:
+    description:
+      - A file holding a kernel log in C(dmesg -T), C(dmesg), C(journalctl -k) (short or C(-o short-iso)) or raw
+        C(/dev/kmsg) format. Used instead of reading the live log, also in live mode.
+    type: path
+  kernel_log_source:
+    description:
+      - Where the live kernel log comes from when O(kernel_log) is not set. V(auto) tries C(journalctl) then C(dmesg).
+    type: str
+    choices: [auto, journalctl, dmesg, none]
+    default: auto
+  since:
+    description:
+      - Start of the window for Xid and SXid events. An ISO 8601 time (C(2024-03-12T09:00:00+00:00)) or a duration
+        before now (C(2h), C(30m), C(1d)). Default is since the current boot.
+    type: str
+  nvlink_status:
+    description:
+      - Offline triage. A file holding C(nvidia-smi nvlink -s) output.
+    type: path
+  nvlink_errors:
+    description:
+      - Offline triage. A file holding C(nvidia-smi nvlink -e) output.
+    type: path
+  infiniband_root:
+    description:
+      - Root prefixed to C(/sys/class/infiniband). Live mode reads C(/) when unset; offline triage reads InfiniBand
+        only when this is set (a captured sysfs tree).
+    type: path
+  fabricmanager_state:
+    description:
+      - Offline triage. What C(systemctl is-active nvidia-fabricmanager) printed on the node (C(active), C(inactive),
+        C(failed)). Unset in offline mode means the Fabric Manager check is skipped.
+    type: str
+  dcgm_diag_json:
+    description:
+      - Offline triage. A file holding C(dcgmi diag -r N -j) output.
+    type: path
+  nccl_output:
+    description:
+      - Offline triage. A file holding nccl-tests C(all_reduce_perf) output.
+    type: path
+  all_reduce_perf_path:
+    description:
+      - Path of nccl-tests C(all_reduce_perf) for O(level=extended). Defaults to the one on C(PATH) or in
+        C(/usr/local/bin) or C(/opt/nccl-tests/build).
+    type: path
+  expected_gpu_count:
+    description:
+      - How many GPUs the node must show. Fewer fails the node.
+    type: int
+  expected_gpu_model:
+    description:
+      - Text every GPU's product name must contain, case-insensitive (C(H100), C(A100-SXM4-80GB)).
+    type: str
+  expected_driver_version:
+    description:
+      - Driver version the node must run. C(550) matches C(550.54.15); C(550.54.15) matches only itself.
+    type: str
+  expected_ib_ports:
+    description:
+      - InfiniBand ports that must be C(ACTIVE) and C(LinkUp), as C(mlx5_0) (every port of the device) or C(mlx5_0:1).
+        When empty, every InfiniBand port found is checked and a down port only warns.
+    type: list
+    elements: str
+    default: []
+  expected_ib_rate:
+    description:
+      - Minimum rate of each checked InfiniBand port in Gb/s (C(400) for NDR, C(200) for HDR).
+    type: int
+  thresholds:
+    description:
+      - Limits of the checks. Unset keys keep their defaults.
+    type: dict
+    default: {}
+    suboptions:
+      temperature_warn:
+        description: GPU temperature (C) at or above which the temperature check warns.
+        type: int
+        default: 85
+      temperature_fail:
+        description:
+          - GPU temperature (C) at or above which it fails. Default is the GPU's own slowdown threshold, else 90.
+        type: int
+      ecc_volatile_uncorrectable:
+        description: Uncorrectable ECC errors since the driver loaded above which the node fails.
+        type: int
+        default: 0
+      ecc_aggregate_uncorrectable:
+        description: Lifetime uncorrectable ECC errors above which the check warns.
+        type: int
+        default: 0
+      ecc_volatile_correctable:
+        description: Correctable ECC errors since the driver loaded above which the check warns.
+        type: int
+        default: 10000
+      row_remap_uncorrectable:
+        description: Rows remapped for uncorrectable errors at or above which the check warns.
+        type: int
+        default: 8
+      retired_pages:
+        description: Retired pages (Volta) at or above which the GPU fails and needs replacing.
+        type: int
+        default: 62
+      nvlink_errors:
+        description: NVLink replay, recovery or CRC count above which the check warns.
+        type: int
+        default: 0
+      ib_counter_errors:
+        description: InfiniBand port error counter value above which the check warns.
+        type: int
+        default: 0
+      nccl_busbw_gbps:
+        description:
+          - Minimum all_reduce bus bandwidth in GB/s. Default by model, at 16 GB messages on one node
+            (460 H100, 431 H200, 228 A100); other models pass with the figure reported.
+        type: float
+  skip_checks:
+    description:
+      - Checks not to judge; each is reported once as skipped. Skipping both NVLink checks also skips the
+        C(nvidia-smi nvlink) calls, and skipping C(dcgm_diag) or C(nccl_busbw) skips running them.
+    type: list
+    elements: str
+    default: []
+    choices: [nvidia_smi, gpu_count, gpu_model, driver_version, persistence_mode, mig_mode, ecc_mode, ecc_errors,
+              row_remap, retired_pages, pcie_link, temperature, clock_events, recovery, fabric, fabricmanager, xid,
+              sxid, nvlink, nvlink_errors, infiniband, dcgm_diag, nccl_busbw]
+  fail_on_unhealthy:
+    description:
+      - Fail the task when any check fails. The result still carries every check.
+    type: bool
+    default: false
+  prometheus_textfile:
+    description:
+      - Write the verdict to this file for node_exporter's textfile collector (one gauge per check and GPU, labelled
+        C(check), C(gpu), C(pci_bus_id)), through a temporary file in the same directory and a rename, mode C(0644).
+        The directory must exist.
+    type: path
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying the target.
+    support: full
+    details: Every check runs; the textfile is not written.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: full
+    details: The diff is the Prometheus textfile before and after.
+notes:
+  - Run live as root (or with read access to the kernel log) so the Xid checks see the log.
+  - O(prometheus_textfile) reports C(changed) only when a gauge changes; the run-time gauge alone does not count.
+seealso:
+  - name: NVIDIA Xid catalog
+    description: The source of the Xid severities and actions.
+    link: https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html
+"""
+
+EXAMPLES = r"""
+- name: Quick health gate before a job
+  gpuops.cluster.gpu_health:
+    expected_gpu_count: 8
+    expected_gpu_model: H100
+    expected_ib_ports: [mlx5_0, mlx5_3, mlx5_4, mlx5_5, mlx5_6, mlx5_9, mlx5_10, mlx5_11]
+    expected_ib_rate: 400
+    fail_on_unhealthy: true
+  register: gpu_health_result
+
+- name: Standard check with DCGM, Xid events of the last two hours, into Prometheus
+  gpuops.cluster.gpu_health:
+    level: standard
+    since: 2h
+    prometheus_textfile: /var/lib/node_exporter/textfile_collector/gpuops_gpu_health.prom
+
+- name: Triage a user's capture on the controller (no command runs)
+  gpuops.cluster.gpu_health:
+    nvidia_smi_xml: /tmp/case-1234/nvidia-smi-q-x.xml
+    kernel_log: /tmp/case-1234/dmesg-T.txt
+    nvlink_status: /tmp/case-1234/nvlink-s.txt
+    expected_gpu_count: 8
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+healthy:
+  description: True when no check failed.
+  returned: always
+  type: bool
+  sample: false
+checks:
+  description: Every check, one per GPU for per-GPU checks.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Check name (see O(skip_checks)).
+      type: str
+      sample: row_remap
+    status:
+      description: Outcome.
+      type: str
+      sample: fail
+      choices: [pass, warn, fail, skip]
+    detail:
+      description: What was found, or why the check was skipped.
+      type: str
+      sample: "row remapping pending: reset the GPU to apply it"
+    gpu_index:
+      description: nvidia-smi index of the GPU, null for node-level checks.
+      type: int
+      sample: 3
+    pci_bus_id:
+      description: PCI bus id of the GPU (or NVSwitch, or the bus named in the kernel log), null when none applies.
+      type: str
+      sample: "00000000:4E:00.0"
+    action:
+      description: Recommended action for this finding.
+      type: str
+      sample: reset_gpu
+      choices: [none, restart_application, reset_gpu, reboot_node, hardware_inspection]
+actions:
+  description: The strongest recommended action for the node and for each GPU.
+  returned: always
+  type: dict
+  sample:
+    node: reset_gpu
+    gpus:
+      - {gpu_index: 3, pci_bus_id: "00000000:4E:00.0", action: reset_gpu}
+facts:
+  description: What was read.
+  returned: always
+  type: dict
+  sample:
+    driver_version: 550.54.15
+    cuda_version: "12.4"
+    gpu_count: 8
+    gpu_models: [NVIDIA H100 80GB HBM3]
+    gpus:
+      - {index: 0, pci_bus_id: "00000000:18:00.0", product_name: NVIDIA H100 80GB HBM3, serial: "1652923023310"}
+    parse_warnings: []
+    kernel_log_formats: [journal_iso]
+    kernel_events: 0
+summary:
+  description: Count of checks per status and one line per failed check.
+  returned: always
+  type: dict
+  sample:
+    counts: {pass: 97, warn: 0, fail: 1, skip: 12}
+    failed: ["row_remap[gpu3]: row remapping pending: reset the GPU to apply it"]
+commands:
+  description: Every command run, in order (empty in offline triage).
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - /usr/bin/nvidia-smi -q -x
+    - /usr/bin/journalctl -k -b 0 -o short-iso --no-pager
+    - /usr/bin/nvidia-smi nvlink -s
+mode:
+  description: V(live) or V(offline).
+  returned: always
+  type: str
+  sample: live
+level:
+  description: The level run.
+  returned: always
+  type: str
+  sample: quick
+"""
+
+import datetime
+import os
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils import (
+    dcgm_diag,
+    gpu_health,
+    infiniband,
+    kernel_log,
+    nccl_tests,
+    nvidia_smi_xml,
+    nvlink,
+)
+
+_C = {"LC_ALL": "C"}
+_THRESHOLD_SPEC = {
+    "temperature_warn": {"type": "int", "default": 85},
+    "temperature_fail": {"type": "int"},
+    "ecc_volatile_uncorrectable": {"type": "int", "default": 0},
+    "ecc_aggregate_uncorrectable": {"type": "int", "default": 0},
+    "ecc_volatile_correctable": {"type": "int", "default": 10000},
+    "row_remap_uncorrectable": {"type": "int", "default": 8},
+    "retired_pages": {"type": "int", "default": 62},
+    "nvlink_errors": {"type": "int", "default": 0},
+    "ib_counter_errors": {"type": "int", "default": 0},
+    "nccl_busbw_gbps": {"type": "float"},
+}
+SYSTEMD_STATES = ("active", "inactive", "failed", "activating", "deactivating", "reloading", "unknown", "maintenance")
+NCCL_DIRS = ["/usr/local/bin", "/opt/nccl-tests/build", "/usr/local/nccl-tests/build"]
+
+
+def argument_spec():
+    return dict(
+        level=dict(type="str", default="quick", choices=["quick", "standard", "extended"]),
+        nvidia_smi_path=dict(type="path"),
+        nvidia_smi_xml=dict(type="path"),
+        kernel_log=dict(type="path"),
+        kernel_log_source=dict(type="str", default="auto", choices=["auto", "journalctl", "dmesg", "none"]),
+        since=dict(type="str"),
+        nvlink_status=dict(type="path"),
+        nvlink_errors=dict(type="path"),
+        infiniband_root=dict(type="path"),
+        fabricmanager_state=dict(type="str"),
+        dcgm_diag_json=dict(type="path"),
+        nccl_output=dict(type="path"),
+        all_reduce_perf_path=dict(type="path"),
+        expected_gpu_count=dict(type="int"),
+        expected_gpu_model=dict(type="str"),
+        expected_driver_version=dict(type="str"),
+        expected_ib_ports=dict(type="list", elements="str", default=[]),
+        expected_ib_rate=dict(type="int"),
+        thresholds=dict(type="dict", default={}, options=_THRESHOLD_SPEC),
+        skip_checks=dict(type="list", elements="str", default=[], choices=list(gpu_health.CHECKS)),
+        fail_on_unhealthy=dict(type="bool", default=False),
+        prometheus_textfile=dict(type="path"),
+    )
+
+
+class Reader:
+    """Gathers the inputs of the evaluator, live or from captured files."""
+
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.commands = []
+        self.unavailable = {}
+        self.skip = set(self.params["skip_checks"])
+
+    def run(self, argv):
+        self.commands.append(" ".join(argv))
+        return self.module.run_command(argv, environ_update=_C)
+
+    def read_file(self, path, what):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                return handle.read()
+        except OSError as error:
+            self.module.fail_json(msg="cannot read %s %s: %s. Check the path given." % (what, path, error))
+        return None
+
+    # --- nvidia-smi -----------------------------------------------------------------------------
+    def smi(self):
+        if self.params["nvidia_smi_xml"]:
+            return nvidia_smi_xml.parse(self.read_file(self.params["nvidia_smi_xml"], "nvidia_smi_xml"))
+        path = self.params["nvidia_smi_path"] or self.module.get_bin_path("nvidia-smi")
+        if not path:
+            self.unavailable["smi"] = "nvidia-smi not found: install the NVIDIA driver or set nvidia_smi_path"
+            return None
+        self.smi_path = path
+        rc, out, err = self.run([path, "-q", "-x"])
+        if "<nvidia_smi_log" not in out:
+            self.unavailable["smi"] = "nvidia-smi -q -x failed (rc=%s): %s" % (rc, (err or out).strip()[:300])
+            return None
+        parsed = nvidia_smi_xml.parse(out)
+        if rc != 0:
+            parsed["warnings"].append("nvidia-smi -q -x exited %s: %s" % (rc, (err or "").strip()[:300]))
+        return parsed
+
+    # --- kernel log -----------------------------------------------------------------------------
+    def kernel(self, offline, since):
+        if self.params["kernel_log"]:
+            return kernel_log.parse(self.read_file(self.params["kernel_log"], "kernel_log"), since=since)
+        if offline:
+            self.unavailable["kernel"] = "offline triage without kernel_log"
+            return None
+        if {"xid", "sxid"} <= self.skip or self.params["kernel_log_source"] == "none":
+            self.unavailable["kernel"] = "kernel log not read (kernel_log_source=none or xid/sxid skipped)"
+            return None
+        boot_time = self.boot_time()
+        source = self.params["kernel_log_source"]
+        if source in ("auto", "journalctl"):
+            journalctl = self.module.get_bin_path("journalctl")
+            if journalctl:
+                if since is None:
+                    argv = [journalctl, "-k", "-b", "0", "-o", "short-iso", "--no-pager"]
+                else:
+                    local = since.astimezone().strftime("%Y-%m-%d %H:%M:%S") if since.tzinfo else since.isoformat(" ")
+                    argv = [journalctl, "_TRANSPORT=kernel", "-o", "short-iso", "--no-pager", "--since", local]
+                rc, out, err = self.run(argv)
+                if rc == 0:
+                    return kernel_log.parse(out, since=since, boot_time=boot_time if since is None else None)
+                if source == "journalctl":
+                    self.unavailable["kernel"] = "journalctl failed (rc=%s): %s" % (rc, err.strip()[:300])
+                    return None
+            elif source == "journalctl":
+                self.unavailable["kernel"] = "journalctl not found: use kernel_log_source=dmesg"
+                return None
+        dmesg = self.module.get_bin_path("dmesg")
+        if not dmesg:
+            self.unavailable["kernel"] = "neither journalctl nor dmesg found: pass kernel_log"
+            return None
+        rc, out, err = self.run([dmesg, "-T"])
+        if rc != 0:
+            self.unavailable["kernel"] = "dmesg -T failed (rc=%s): %s. Run as root or pass kernel_log." % (
+                rc,
+                err.strip()[:300],
+            )
+            return None
+        return kernel_log.parse(out, since=since, boot_time=boot_time if since is None else None)
+
+    @staticmethod
+    def boot_time():
+        try:
+            with open("/proc/stat", encoding="ascii") as handle:
+                for line in handle:
+                    if line.startswith("btime "):
+                        return datetime.datetime.fromtimestamp(int(line.split()[1])).astimezone()
+        except (OSError, ValueError):
+            return None
+        return None
+
+    # --- NVLink ---------------------------------------------------------------------------------
+    def nvlink(self, offline, smi):
+        status = errors = None
+        if self.params["nvlink_status"]:
+            status = nvlink.parse_status(self.read_file(self.params["nvlink_status"], "nvlink_status"))
+        if self.params["nvlink_errors"]:
+            errors = nvlink.parse_errors(self.read_file(self.params["nvlink_errors"], "nvlink_errors"))
+        if offline:
+            if status is None:
+                self.unavailable["nvlink_status"] = "offline triage without nvlink_status"
+            if errors is None:
+                self.unavailable["nvlink_errors"] = "offline triage without nvlink_errors"
+            return status, errors
+        if not smi or not smi["gpus"]:
+            self.unavailable["nvlink_status"] = self.unavailable["nvlink_errors"] = "no GPU visible"
+            return status, errors
+        if status is None and "nvlink" not in self.skip:
+            rc, out, err = self.run([self.smi_path, "nvlink", "-s"])
+            if rc == 0:
+                status = nvlink.parse_status(out)
+            else:
+                self.unavailable["nvlink_status"] = "nvidia-smi nvlink -s failed (rc=%s): %s" % (rc, (err or out)[:200])
+        if errors is None and "nvlink_errors" not in self.skip:
+            if self.params["level"] == "quick":
+                self.unavailable["nvlink_errors"] = "NVLink error counters are read from level=standard"
+            else:
+                rc, out, err = self.run([self.smi_path, "nvlink", "-e"])
+                if rc == 0:
+                    errors = nvlink.parse_errors(out)
+                else:
+                    self.unavailable["nvlink_errors"] = "nvidia-smi nvlink -e failed (rc=%s): %s" % (
+                        rc,
+                        (err or out)[:200],
+                    )
+        return status, errors
+
+    # --- InfiniBand, Fabric Manager -------------------------------------------------------------
+    def infiniband(self, offline):
+        root = self.params["infiniband_root"]
+        if offline and not root:
+            self.unavailable["infiniband"] = "offline triage without infiniband_root"
+            return None
+        return infiniband.read_ports(root or "/")
+
+    def fabricmanager(self, offline, smi):
+        fabric_reported = any((gpu.get("fabric") or {}).get("state") for gpu in (smi or {}).get("gpus", []))
+        if self.params["fabricmanager_state"]:
+            return {"required": True, "state": self.params["fabricmanager_state"].strip()}
+        if offline:
+            if fabric_reported:
+                self.unavailable["fabricmanager"] = "offline triage without fabricmanager_state"
+                return None
+            return {"required": False, "reason": "no NVLink fabric reported in the capture"}
+        try:
+            switches = os.listdir("/proc/driver/nvidia-nvswitch/devices")
+        except OSError:
+            switches = []
+        if not switches and not fabric_reported:
+            return {"required": False, "reason": "no NVSwitch on this node"}
+        if "fabricmanager" in self.skip:
+            return None
+        systemctl = self.module.get_bin_path("systemctl")
+        if not systemctl:
+            self.unavailable["fabricmanager"] = "systemctl not found: cannot read the nvidia-fabricmanager state"
+            return None
+        rc, out, err = self.run([systemctl, "is-active", "nvidia-fabricmanager"])
+        state = (out.strip().splitlines() or [""])[0]
+        if state not in SYSTEMD_STATES:
+            self.unavailable["fabricmanager"] = "systemctl is-active nvidia-fabricmanager gave no state (rc=%s): %s" % (
+                rc,
+                (err or out).strip()[:200],
+            )
+            return None
+        return {"required": True, "state": state}
+
+    # --- DCGM and NCCL --------------------------------------------------------------------------
+    def dcgm(self, offline):
+        if self.params["dcgm_diag_json"]:
+            text = self.read_file(self.params["dcgm_diag_json"], "dcgm_diag_json")
+            return {"level": "?", "parsed": dcgm_diag.parse(text)}
+        level = {"standard": "1", "extended": "2"}.get(self.params["level"])
+        if offline or level is None or "dcgm_diag" in self.skip:
+            self.unavailable["dcgm"] = (
+                "offline triage without dcgm_diag_json" if offline else "runs from level=standard"
+            )
+            return None
+        dcgmi = self.module.get_bin_path("dcgmi")
+        if not dcgmi:
+            self.unavailable["dcgm"] = "dcgmi not installed: install datacenter-gpu-manager to run dcgm_diag"
+            return None
+        rc, out, err = self.run([dcgmi, "diag", "-r", level, "-j"])
+        parsed = dcgm_diag.parse(out)
+        if not parsed["results"]:
+            parsed["warnings"].append("rc=%s %s" % (rc, (err or out).strip()[:300]))
+        return {"level": level, "parsed": parsed}
+
+    def nccl(self, offline, smi):
+        if self.params["nccl_output"]:
+            return {"parsed": nccl_tests.parse(self.read_file(self.params["nccl_output"], "nccl_output"))}
+        if offline or self.params["level"] != "extended" or "nccl_busbw" in self.skip:
+            self.unavailable["nccl"] = "offline triage without nccl_output" if offline else "runs at level=extended"
+            return None
+        binary = self.params["all_reduce_perf_path"] or self.module.get_bin_path("all_reduce_perf", opt_dirs=NCCL_DIRS)
+        if not binary:
+            self.unavailable["nccl"] = "nccl-tests all_reduce_perf not installed"
+            return None
+        count = len((smi or {}).get("gpus", [])) or 1
+        rc, out, err = self.run([binary, "-b", "16G", "-e", "16G", "-f", "2", "-g", str(count)])
+        parsed = nccl_tests.parse(out)
+        if rc != 0:
+            parsed["warnings"].append("all_reduce_perf exited %s: %s" % (rc, (err or "").strip()[:300]))
+            parsed["busbw_gbps"] = None
+        return {"parsed": parsed}
+
+
+def _comparable_text(text):
+    return "\n".join(line for line in (text or "").splitlines() if "_last_run_timestamp_seconds " not in line)
+
+
+def write_textfile(module, path, content):
+    """Atomically write ``content`` to ``path``; returns (changed, before)."""
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        module.fail_json(
+            msg="directory %s of prometheus_textfile does not exist: create it or point prometheus_textfile at "
+            "node_exporter's --collector.textfile.directory" % directory
+        )
+    before = None
+    if os.path.exists(path):
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            before = handle.read()
+    changed = _comparable_text(before) != _comparable_text(content) or before is None
+    if module.check_mode:
+        return changed, before
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuops_gpu_health.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(content)
+        os.chmod(tmp, 0o644)
+        module.atomic_move(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return changed, before
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    params = module.params
+    offline = bool(params["nvidia_smi_xml"])
+    try:
+        since = kernel_log.parse_since(params["since"])
+    except ValueError as error:
+        module.fail_json(msg="since: %s" % error)
+    reader = Reader(module)
+    smi = reader.smi()
+    inputs = {"smi": smi, "kernel": reader.kernel(offline, since)}
+    inputs["nvlink_status"], inputs["nvlink_errors"] = reader.nvlink(offline, smi)
+    inputs["infiniband"] = reader.infiniband(offline)
+    inputs["fabricmanager"] = reader.fabricmanager(offline, smi)
+    inputs["dcgm"] = reader.dcgm(offline)
+    inputs["nccl"] = reader.nccl(offline, smi)
+    inputs["unavailable"] = reader.unavailable
+
+    options = {
+        "expected_gpu_count": params["expected_gpu_count"],
+        "expected_gpu_model": params["expected_gpu_model"],
+        "expected_driver_version": params["expected_driver_version"],
+        "expected_ib_ports": params["expected_ib_ports"],
+        "expected_ib_rate": params["expected_ib_rate"],
+        "thresholds": params["thresholds"] or {},
+        "skip_checks": params["skip_checks"],
+    }
+    verdict = gpu_health.evaluate(inputs, options)
+    result = dict(
+        changed=False,
+        healthy=verdict["healthy"],
+        checks=verdict["checks"],
+        actions=verdict["actions"],
+        facts=verdict["facts"],
+        summary=verdict["summary"],
+        commands=reader.commands,
+        mode="offline" if offline else "live",
+        level=params["level"],
+    )
+    if params["prometheus_textfile"]:
+        content = gpu_health.render_prometheus(verdict, time.time())
+        changed, before = write_textfile(module, params["prometheus_textfile"], content)
+        result["changed"] = changed
+        if module._diff:
+            result["diff"] = {
+                "before": before or "",
+                "after": content,
+                "before_header": params["prometheus_textfile"],
+                "after_header": params["prometheus_textfile"],
+            }
+    if params["fail_on_unhealthy"] and not verdict["healthy"]:
+        failed = verdict["summary"]["failed"]
+        module.fail_json(
+            msg="GPU health: %d check(s) failed, recommended action %s: %s"
+            % (len(failed), verdict["actions"]["node"], "; ".join(failed[:5])),
+            **result,
+        )
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""kernel_log.parse: the same events read from every log format, bounded to a window."""
+
+import datetime
+
+import pytest
+from ansible_collections.gpuops.cluster.plugins.module_utils import kernel_log
+
+UTC = datetime.timezone.utc
+EXPECTED = [
+    ("xid", 13, "0000:18:00"),
+    ("xid", 13, "0000:18:00"),
+    ("xid", 31, "0000:2a:00"),
+    ("xid", 48, "0000:5d:00"),
+    ("xid", 63, "0000:5d:00"),
+    ("xid", 119, "0000:ab:00"),
+    ("xid", 79, "0000:9a:00"),
+    ("sxid", 20034, "0000:06:00"),
+    ("sxid", 20009, "0000:05:00"),
+]
+FILES = {
+    "xid-dmesg-T.log": "dmesg_t",
+    "xid-dmesg.log": "dmesg",
+    "xid-kmsg.log": "kmsg",
+    "xid-journal-short-iso.log": "journal_iso",
+    "xid-journal-short.log": "journal_short",
+}
+NOW = datetime.datetime(2024, 3, 12, 12, 0, 0)
+
+
+@pytest.mark.parametrize(("name", "fmt"), sorted(FILES.items()))
+def test_every_format_yields_the_same_events(fixture_text, name, fmt):
+    parsed = kernel_log.parse(fixture_text("kernel-log/" + name), now=NOW)
+    assert parsed["formats"] == [fmt]
+    assert [(e["kind"], e["code"], e["pci_bus_id"]) for e in parsed["events"]] == EXPECTED
+    assert parsed["warnings"] == []
+
+
+def test_event_fields(fixture_text):
+    events = kernel_log.parse(fixture_text("kernel-log/xid-kmsg.log"))["events"]
+    xid79 = next(e for e in events if e["code"] == 79)
+    assert xid79["text"].endswith("GPU has fallen off the bus.")
+    assert xid79["uptime"] == pytest.approx(894.113917)
+    assert xid79["time"] is None  # no boot time given
+    sxid = next(e for e in events if e["code"] == 20034)
+    assert sxid["device"] == "nvidia-nvswitch1"
+    assert sxid["text"].startswith("Fatal")
+
+
+def test_previous_boot_is_outside_the_default_window(fixture_text):
+    parsed = kernel_log.parse(fixture_text("kernel-log/xid-journal-short-iso.log"))
+    assert parsed["boots_seen"] == 2
+    assert 94 not in {e["code"] for e in parsed["events"]}
+
+
+def test_since_reaches_into_the_previous_boot(fixture_text):
+    since = datetime.datetime(2024, 3, 11, 22, 0, tzinfo=UTC)
+    parsed = kernel_log.parse(fixture_text("kernel-log/xid-journal-short-iso.log"), since=since)
+    assert parsed["events"][0]["code"] == 94
+    assert parsed["events"][0]["time"] == "2024-03-11T22:14:03+00:00"
+
+
+def test_since_cuts_earlier_events(fixture_text):
+    since = datetime.datetime(2024, 3, 12, 9, 12, 0, tzinfo=UTC)
+    codes = [
+        e["code"] for e in kernel_log.parse(fixture_text("kernel-log/xid-journal-short-iso.log"), since=since)["events"]
+    ]
+    assert codes == [119, 79, 20034, 20009]
+
+
+def test_naive_times_meet_naive_since(fixture_text):
+    since = datetime.datetime(2024, 3, 12, 9, 12, 0)
+    codes = [e["code"] for e in kernel_log.parse(fixture_text("kernel-log/xid-dmesg-T.log"), since=since)["events"]]
+    assert codes == [119, 79, 20034, 20009]
+
+
+def test_monotonic_times_use_boot_time(fixture_text):
+    boot = datetime.datetime(2024, 3, 12, 8, 58, 11, tzinfo=UTC)
+    since = datetime.datetime(2024, 3, 12, 9, 12, 0, tzinfo=UTC)
+    parsed = kernel_log.parse(fixture_text("kernel-log/xid-dmesg.log"), since=since, boot_time=boot)
+    assert [e["code"] for e in parsed["events"]] == [119, 79, 20034, 20009]
+    assert parsed["events"][1]["time"].startswith("2024-03-12T09:13:05")
+
+
+def test_monotonic_times_without_boot_time_are_kept_with_a_warning(fixture_text):
+    since = datetime.datetime(2024, 3, 12, 9, 12, 0, tzinfo=UTC)
+    parsed = kernel_log.parse(fixture_text("kernel-log/xid-kmsg.log"), since=since)
+    assert len(parsed["events"]) == len(EXPECTED)
+    assert parsed["warnings"]
+
+
+def test_boot_time_drops_older_journal_lines(fixture_text):
+    boot = datetime.datetime(2024, 3, 12, 8, 58, 11, tzinfo=UTC)
+    text = fixture_text("kernel-log/xid-journal-short-iso.log").replace(
+        "-- Boot 5c9d2e7f0a1b4c3d8e6f9a0b1c2d3e4f --\n", ""
+    )
+    parsed = kernel_log.parse(text, boot_time=boot)
+    assert 94 not in {e["code"] for e in parsed["events"]}
+
+
+def test_restarting_monotonic_clock_is_a_new_boot():
+    text = "[ 9000.100000] NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n"
+    text += "[    5.000000] NVRM: Xid (PCI:0000:18:00): 13, pid=1, Graphics Exception\n"
+    assert [e["code"] for e in kernel_log.parse(text)["events"]] == [13]
+
+
+def test_clean_log_has_no_events(fixture_text):
+    parsed = kernel_log.parse(fixture_text("kernel-log/clean-journal-short-iso.log"))
+    assert parsed["events"] == []
+    assert parsed["lines"] == 5
+
+
+def test_older_xid_form_without_pci_prefix():
+    events = kernel_log.parse("[  41.2] NVRM: Xid (0000:03:00): 14, Channel 00000001\n")["events"]
+    assert [(e["code"], e["pci_bus_id"]) for e in events] == [(14, "0000:03:00")]
+
+
+def test_short_format_in_january_reads_december_as_last_year():
+    text = "Dec 31 23:59:58 n1 kernel: NVRM: Xid (PCI:0000:18:00): 48, pid=1, DBE\n"
+    event = kernel_log.parse(text, since=datetime.datetime(2023, 12, 1), now=datetime.datetime(2024, 1, 1, 0, 5))[
+        "events"
+    ][0]
+    assert event["time"].startswith("2023-12-31T23:59:58")
+
+
+def test_rsyslog_line_with_kernel_uptime_prefix():
+    text = "2024-03-12T09:13:05.113917+00:00 n1 kernel: [  894.113917] NVRM: Xid (PCI:0000:9a:00): 79, pid=0, lost\n"
+    (event,) = kernel_log.parse(text)["events"]
+    assert event["code"] == 79
+    assert event["uptime"] == pytest.approx(894.113917)
+
+
+def test_unreadable_lines_are_ignored():
+    assert kernel_log.parse("garbage\n\x00\x01 more garbage\n")["events"] == []
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2h", datetime.datetime(2024, 3, 12, 10, 0, tzinfo=UTC)),
+        ("30m", datetime.datetime(2024, 3, 12, 11, 30, tzinfo=UTC)),
+        ("1d", datetime.datetime(2024, 3, 11, 12, 0, tzinfo=UTC)),
+        ("2024-03-12T09:00:00Z", datetime.datetime(2024, 3, 12, 9, 0, tzinfo=UTC)),
+        ("2024-03-12T09:00:00+0000", datetime.datetime(2024, 3, 12, 9, 0, tzinfo=UTC)),
+        (None, None),
+    ],
+)
+def test_parse_since(value, expected):
+    assert kernel_log.parse_since(value, now=datetime.datetime(2024, 3, 12, 12, 0, tzinfo=UTC)) == expected
+
+
+def test_parse_since_rejects_nonsense():
+    with pytest.raises(ValueError, match="not a time"):
+        kernel_log.parse_since("yesterday-ish")
