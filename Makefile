@@ -51,7 +51,7 @@ molecules: venv
 
 molecule: venv ## run one molecule scenario: make molecule SCENARIO=<name>
 	molecule/lab/bin/lab-prepare
-	cd molecule/$(SCENARIO)/.. && $(BIN)/molecule test -s $(SCENARIO)
+	$(BIN)/molecule test -s $(SCENARIO)
 
 lab: venv ## build the lab from nothing and run site.yml against it
 	molecule/lab/bin/lab-prepare

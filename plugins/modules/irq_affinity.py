@@ -1,0 +1,352 @@
+#!/usr/bin/python
+# Copyright: gpuops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: irq_affinity
+short_description: Pin the IRQs of NICs and GPUs to CPUs of their own NUMA node, persist the plan, tame irqbalance
+version_added: 0.1.0
+description:
+  - Finds the PCI devices named in O(devices) or bound to O(drivers), reads their NUMA node,
+    C(local_cpulist) and MSI IRQs from sysfs, and plans one CPU per IRQ, spreading each device's
+    queues across the local cores (primary hardware threads first) and skipping O(housekeeping_cpus).
+  - Writes C(/proc/irq/N/smp_affinity_list) for the IRQs whose affinity differs.
+    IRQs are host-global, so in a container nothing is written live unless O(apply_live=always).
+  - Persists the plan as C(pci_address msi_index cpulist) lines in O(persist_path), which the boot unit
+    installed by the C(gpuops.cluster.kernel_tuning) role reads (IRQ numbers change across boots; the
+    device address and queue index do not).
+  - O(irqbalance=stop) disables and stops irqbalance; O(irqbalance=ban) points irqbalance at
+    O(policy_script) (C(--policyscript)), which bans the planned devices' IRQs, and restarts it when running.
+author:
+  - gpuops.cluster contributors
+options:
+  devices:
+    description: Devices by PCI address (C(0000:17:00.0)), network interface (C(ens1f0)) or InfiniBand name (C(mlx5_0)).
+    type: list
+    elements: str
+    default: []
+  drivers:
+    description: Every PCI device bound to these drivers, such as C(mlx5_core) and C(nvidia).
+    type: list
+    elements: str
+    default: []
+  housekeeping_cpus:
+    description: CPUs kept free of these IRQs, as a cpulist (C(0-1,32-33)).
+    type: str
+    default: ""
+  irqbalance:
+    description: What to do with irqbalance, which would otherwise move the IRQs again.
+    type: str
+    choices: [leave, stop, ban]
+    default: leave
+  irqbalance_config:
+    description:
+      - The irqbalance environment file holding C(IRQBALANCE_ARGS), below O(root).
+      - Default C(/etc/default/irqbalance) when it exists, else C(/etc/sysconfig/irqbalance) when it exists,
+        else C(/etc/default/irqbalance).
+    type: path
+  policy_script:
+    description: The irqbalance policy script path for O(irqbalance=ban) (installed by the role).
+    type: path
+    default: /usr/local/sbin/gpuops-irq-affinity
+  persist:
+    description: Whether to write O(persist_path) for the boot unit.
+    type: bool
+    default: true
+  persist_path:
+    description: The plan file the boot unit reads, below O(root).
+    type: path
+    default: /etc/gpuops/irq-affinity.conf
+  apply_live:
+    description:
+      - V(auto) writes C(/proc/irq) outside containers when O(root) is C(/); V(always) and V(never) are what they say.
+    type: str
+    choices: [auto, always, never]
+    default: auto
+  root:
+    description: Root directory prefixed to C(/sys), C(/proc) and C(/etc) paths. For tests and chroots.
+    type: path
+    default: /
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details: The diff is the plan file and the IRQ affinities before and after.
+notes:
+  - IRQs with kernel-managed affinity refuse writes; they are listed in RV(not_applied_live), not failed.
+"""
+
+EXAMPLES = r"""
+- name: Pin InfiniBand NIC and GPU IRQs to their NUMA node, keeping CPUs 0-1 for housekeeping
+  gpuops.cluster.irq_affinity:
+    drivers: [mlx5_core, nvidia]
+    housekeeping_cpus: "0-1"
+    irqbalance: ban
+  register: kernel_tuning_irq_result
+
+- name: Plan only, for one NIC
+  gpuops.cluster.irq_affinity:
+    devices: [mlx5_0]
+    apply_live: never
+    persist: false
+  check_mode: true
+"""
+
+RETURN = r"""
+devices:
+  description: The devices planned, each with its NUMA node, candidate CPUs, IRQs and a note when it fell back.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"address": "0000:17:00.0", "numa_node": 0, "cpus": "2-15", "irqs": [45, 46], "note": null}]
+plan:
+  description: The planned cpulist per IRQ (keys are IRQ numbers as strings).
+  returned: always
+  type: dict
+  sample: {"45": "2", "46": "3"}
+changes:
+  description: IRQs whose affinity differed from the plan, with before and after cpulists.
+  returned: always
+  type: dict
+  sample: {"45": {"before": "0-63", "after": "2"}}
+applied_live:
+  description: IRQs written live (in check mode, those that would be).
+  returned: always
+  type: list
+  elements: str
+  sample: ["45"]
+not_applied_live:
+  description: IRQs or steps not applied live, each with the reason.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"name": "irq 45", "reason": "in a container (podman)"}]
+irqbalance:
+  description: The irqbalance action taken (C(none), C(disabled), C(configured), C(restarted)) and the commands.
+  returned: always
+  type: dict
+  sample: {"action": "disabled", "commands": [["/usr/bin/systemctl", "disable", "--now", "irqbalance.service"]]}
+persist_path:
+  description: The plan file.
+  returned: always
+  type: str
+  sample: /etc/gpuops/irq-affinity.conf
+container:
+  description: The container kind detected, or null on a host.
+  returned: always
+  type: str
+  sample: null
+"""
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, irq_affinity
+
+
+def _read(path, default=None):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return default
+
+
+def _write(module, path, content):
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, mode=0o755)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuops-irq-")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(content)
+    os.chmod(tmp, 0o644)
+    module.atomic_move(tmp, path)
+
+
+def _under(root, path):
+    return os.path.join(root, path.lstrip("/"))
+
+
+def _skip_reason(module, root, container):
+    apply_live = module.params["apply_live"]
+    if apply_live == "never":
+        return "apply_live is never"
+    if apply_live == "auto" and not container_detection.is_running_system(root):
+        return f"root is {root}, not the running system"
+    if not container_detection.should_apply_live(apply_live, container):
+        return f"in a container ({container})"
+    return None
+
+
+def _systemctl(module, root, *args):
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        return None, None
+    argv = [systemctl]
+    if not container_detection.is_running_system(root):
+        argv.append(f"--root={root}")
+    argv.extend(args)
+    rc, out, _err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+    return rc, out.strip()
+
+
+def _run(module, argv, what):
+    rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        module.fail_json(
+            msg=f"{what} failed (rc={rc}); check the irqbalance unit and rerun", rc=rc, stdout=out, stderr=err
+        )
+
+
+def _irqbalance(module, root, result):
+    policy = module.params["irqbalance"]
+    state = dict(action="none", commands=[])
+    result["irqbalance"] = state
+    if policy == "leave":
+        return False
+    live_root = container_detection.is_running_system(root)
+    systemctl = module.get_bin_path("systemctl")
+    if policy == "stop":
+        if not systemctl:
+            result["not_applied_live"].append(dict(name="irqbalance", reason="systemctl not found"))
+            return False
+        _rc, enabled = _systemctl(module, root, "is-enabled", "irqbalance.service")
+        active = "inactive"
+        if live_root:
+            _rc, active = _systemctl(module, root, "is-active", "irqbalance.service")
+        if enabled not in ("enabled", "enabled-runtime", "static", "alias") and active not in ("active", "activating"):
+            return False
+        argv = [systemctl] + ([] if live_root else [f"--root={root}"]) + ["disable"]
+        argv += ["--now"] if live_root else []
+        argv.append("irqbalance.service")
+        state.update(action="disabled", commands=[argv])
+        if not module.check_mode:
+            _run(module, argv, "disabling irqbalance")
+        return True
+    config = module.params["irqbalance_config"]
+    if not config:
+        config = "/etc/default/irqbalance"
+        if not os.path.exists(_under(root, config)) and os.path.exists(_under(root, "/etc/sysconfig/irqbalance")):
+            config = "/etc/sysconfig/irqbalance"
+    path = _under(root, config)
+    before = _read(path, "")
+    after = irq_affinity.edit_irqbalance_args(before, module.params["policy_script"])
+    state["config"] = path
+    if before == after:
+        return False
+    state["action"] = "configured"
+    if module._diff:
+        result["diff"].append(dict(before=before, after=after, before_header=path, after_header=path))
+    if not module.check_mode:
+        _write(module, path, after)
+    if systemctl and live_root:
+        _rc, active = _systemctl(module, root, "is-active", "irqbalance.service")
+        if active == "active":
+            argv = [systemctl, "restart", "irqbalance.service"]
+            state.update(action="restarted", commands=[argv])
+            if not module.check_mode:
+                _run(module, argv, "restarting irqbalance")
+    return True
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            devices=dict(type="list", elements="str", default=[]),
+            drivers=dict(type="list", elements="str", default=[]),
+            housekeeping_cpus=dict(type="str", default=""),
+            irqbalance=dict(type="str", choices=["leave", "stop", "ban"], default="leave"),
+            irqbalance_config=dict(type="path"),
+            policy_script=dict(type="path", default="/usr/local/sbin/gpuops-irq-affinity"),
+            persist=dict(type="bool", default=True),
+            persist_path=dict(type="path", default="/etc/gpuops/irq-affinity.conf"),
+            apply_live=dict(type="str", choices=list(container_detection.APPLY_LIVE_CHOICES), default="auto"),
+            root=dict(type="path", default="/"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    root = params["root"]
+    try:
+        housekeeping = irq_affinity.parse_cpulist(params["housekeeping_cpus"])
+        addresses = irq_affinity.resolve_devices(root, params["devices"], params["drivers"])
+        devices = [irq_affinity.read_device(root, a) for a in addresses]
+    except (LookupError, ValueError) as exc:
+        module.fail_json(msg=f"{exc}; check the devices and drivers options against lspci and /sys/class")
+    online = irq_affinity.read_online_cpus(root)
+    if not online:
+        module.fail_json(msg=f"no online CPUs under {root}/sys/devices/system/cpu/online; is root right?")
+    try:
+        planned = irq_affinity.plan(
+            devices, online, irq_affinity.read_nodes(root), housekeeping, irq_affinity.read_siblings(root, online)
+        )
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    current = irq_affinity.read_affinity(root, planned["irqs"])
+    diffs = irq_affinity.changes(planned["irqs"], current)
+    container = container_detection.detect(module, root)
+    persist_path = _under(root, params["persist_path"])
+    result = dict(
+        changed=False,
+        devices=planned["devices"],
+        plan={str(k): irq_affinity.format_cpulist(v) for k, v in planned["irqs"].items()},
+        changes={str(k): v for k, v in diffs.items()},
+        applied_live=[],
+        not_applied_live=[],
+        persist_path=persist_path,
+        container=container,
+        diff=[],
+    )
+    changed = False
+    if params["persist"]:
+        before = _read(persist_path, "")
+        after = irq_affinity.render_persist(devices, planned["irqs"])
+        if before != after:
+            changed = True
+            result["diff"].append(
+                dict(before=before, after=after, before_header=persist_path, after_header=persist_path)
+            )
+            if not module.check_mode:
+                _write(module, persist_path, after)
+    reason = _skip_reason(module, root, container)
+    for irq, change in diffs.items():
+        if reason:
+            result["not_applied_live"].append(dict(name=f"irq {irq}", reason=reason))
+            continue
+        if module.check_mode:
+            result["applied_live"].append(str(irq))
+            continue
+        target = _under(root, f"/proc/irq/{irq}/smp_affinity_list")
+        try:
+            with open(target, "w", encoding="utf-8") as handle:
+                handle.write(change["after"] + "\n")
+        except OSError as exc:
+            result["not_applied_live"].append(
+                dict(name=f"irq {irq}", reason=f"kernel refused the write: {exc.strerror}")
+            )
+            continue
+        result["applied_live"].append(str(irq))
+    changed = bool(result["applied_live"]) or changed
+    changed = _irqbalance(module, root, result) or changed
+    if module._diff and diffs:
+        result["diff"].append(
+            dict(
+                before="".join(f"irq {k}: {v['before']}\n" for k, v in diffs.items()),
+                after="".join(f"irq {k}: {v['after']}\n" for k, v in diffs.items()),
+                before_header="/proc/irq/*/smp_affinity_list",
+                after_header="/proc/irq/*/smp_affinity_list",
+            )
+        )
+    if not module._diff:
+        del result["diff"]
+    result["changed"] = changed
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

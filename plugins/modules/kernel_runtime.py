@@ -1,0 +1,255 @@
+#!/usr/bin/python
+# Copyright: gpuops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: kernel_runtime
+short_description: Set transparent hugepages, hugepages and the CPU governor live and persist them with tmpfiles.d
+version_added: 0.1.0
+description:
+  - Reads transparent hugepage C(enabled)/C(defrag), the hugepage count (total or per NUMA node under
+    C(/sys/devices/system/node/node*/hugepages)) and the CPU frequency governor from sysfs, and writes
+    only the values that differ.
+  - Persists the same writes as C(w) lines in one systemd-tmpfiles file, C(/etc/tmpfiles.d/NAME.conf),
+    applied by C(systemd-tmpfiles-setup.service) at every boot.
+  - These knobs are host-global, so in a container the file is persisted but nothing is written live
+    unless O(apply_live=always) (which writes the HOST's values); what was not applied is listed in
+    RV(not_applied_live).
+  - Knobs left unset (null) are not touched and not persisted.
+author:
+  - gpuops.cluster contributors
+options:
+  name:
+    description: File name of the tmpfiles.d drop-in without C(.conf); give each caller its own name.
+    type: str
+    default: gpuops-kernel-runtime
+  thp_enabled:
+    description: Transparent hugepages mode.
+    type: str
+    choices: [always, madvise, never]
+  thp_defrag:
+    description: Transparent hugepages defrag mode.
+    type: str
+    choices: [always, defer, defer+madvise, madvise, never]
+  hugepages:
+    description: Total number of hugepages of O(hugepage_size_kb). Mutually exclusive with O(hugepages_per_node).
+    type: int
+  hugepages_per_node:
+    description: "Hugepages per NUMA node, as C({node number: count})."
+    type: dict
+  hugepage_size_kb:
+    description: Hugepage size in kB (C(2048) or C(1048576)); 1 GiB pages are best reserved with kernel arguments.
+    type: int
+    default: 2048
+  governor:
+    description: CPU frequency governor for every CPU with cpufreq, such as C(performance).
+    type: str
+  persist:
+    description: Whether to write the tmpfiles.d drop-in.
+    type: bool
+    default: true
+  apply_live:
+    description:
+      - V(auto) writes sysfs outside containers when O(root) is C(/); V(always) and V(never) are what they say.
+    type: str
+    choices: [auto, always, never]
+    default: auto
+  root:
+    description: Root directory prefixed to C(/sys) and C(/etc) paths. For tests and chroots.
+    type: path
+    default: /
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details: The diff is the tmpfiles.d drop-in and the sysfs values before and after.
+"""
+
+EXAMPLES = r"""
+- name: Transparent hugepages to madvise for training nodes
+  gpuops.cluster.kernel_runtime:
+    name: gpuops-thp
+    thp_enabled: madvise
+    thp_defrag: defer+madvise
+
+- name: 1024 hugepages on each socket
+  gpuops.cluster.kernel_runtime:
+    name: gpuops-hugepages
+    hugepages_per_node: {0: 1024, 1: 1024}
+
+- name: Performance governor
+  gpuops.cluster.kernel_runtime:
+    name: gpuops-governor
+    governor: performance
+"""
+
+RETURN = r"""
+path:
+  description: The tmpfiles.d drop-in.
+  returned: always
+  type: str
+  sample: /etc/tmpfiles.d/gpuops-thp.conf
+drift:
+  description: sysfs values that differed from the request before this run, by path.
+  returned: always
+  type: dict
+  sample: {"/sys/kernel/mm/transparent_hugepage/enabled": {"live": "always", "desired": "madvise"}}
+applied_live:
+  description: sysfs paths written live (in check mode, those that would be).
+  returned: always
+  type: list
+  elements: str
+  sample: ["/sys/kernel/mm/transparent_hugepage/enabled"]
+not_applied_live:
+  description: Knobs not applied live, each with the reason.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"name": "thp_enabled", "reason": "in a container (podman)"}]
+file_changed:
+  description: Whether the tmpfiles.d drop-in changed (or would).
+  returned: always
+  type: bool
+  sample: false
+container:
+  description: The container kind detected, or null on a host.
+  returned: always
+  type: str
+  sample: podman
+"""
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, kernel_runtime
+
+
+def _read(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def _write(module, path, content):
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, mode=0o755)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuops-tmpfiles-")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(content)
+    os.chmod(tmp, 0o644)
+    module.atomic_move(tmp, path)
+
+
+def _skip_reason(module, root, container):
+    apply_live = module.params["apply_live"]
+    if apply_live == "never":
+        return "apply_live is never"
+    if apply_live == "auto" and not container_detection.is_running_system(root):
+        return f"root is {root}, not the running system"
+    if not container_detection.should_apply_live(apply_live, container):
+        return f"in a container ({container})"
+    return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", default="gpuops-kernel-runtime"),
+            thp_enabled=dict(type="str", choices=list(kernel_runtime.THP_ENABLED)),
+            thp_defrag=dict(type="str", choices=list(kernel_runtime.THP_DEFRAG)),
+            hugepages=dict(type="int"),
+            hugepages_per_node=dict(type="dict"),
+            hugepage_size_kb=dict(type="int", default=2048),
+            governor=dict(type="str"),
+            persist=dict(type="bool", default=True),
+            apply_live=dict(type="str", choices=list(container_detection.APPLY_LIVE_CHOICES), default="auto"),
+            root=dict(type="path", default="/"),
+        ),
+        mutually_exclusive=[("hugepages", "hugepages_per_node")],
+        supports_check_mode=True,
+    )
+    params = module.params
+    root = params["root"]
+    if not params["name"] or "/" in params["name"]:
+        module.fail_json(msg=f"name {params['name']!r} must be a plain file name without .conf")
+    size = params["hugepage_size_kb"]
+    current = {
+        "thp": kernel_runtime.read_thp(root),
+        "hugepages": kernel_runtime.read_hugepages(root, size),
+        "governors": kernel_runtime.read_governors(root) if params["governor"] else {},
+    }
+    try:
+        decided = kernel_runtime.plan(current, params)
+    except (ValueError, TypeError) as exc:
+        module.fail_json(msg=f"{exc}; fix the module arguments")
+    container = container_detection.detect(module, root)
+    path = os.path.join(root, "etc", "tmpfiles.d", params["name"] + ".conf")
+    result = dict(
+        changed=False,
+        path=path,
+        drift={f"/{w['path']}": dict(live=w["before"], desired=w["after"]) for w in decided["writes"]},
+        applied_live=[],
+        not_applied_live=list(decided["unavailable"]),
+        file_changed=False,
+        container=container,
+    )
+    before = _read(path)
+    after = kernel_runtime.render_tmpfiles(decided["persist"]) if decided["persist"] else None
+    if params["persist"]:
+        result["file_changed"] = before != after
+        if result["file_changed"] and not module.check_mode:
+            if after is None:
+                os.unlink(path)
+            else:
+                _write(module, path, after)
+    reason = _skip_reason(module, root, container)
+    for write in decided["writes"]:
+        shown = f"/{write['path']}"
+        if reason:
+            if dict(name=write["knob"], reason=reason) not in result["not_applied_live"]:
+                result["not_applied_live"].append(dict(name=write["knob"], reason=reason))
+            continue
+        if module.check_mode:
+            result["applied_live"].append(shown)
+            continue
+        target = os.path.join(root, write["path"])
+        try:
+            with open(target, "w", encoding="utf-8") as handle:
+                handle.write(write["after"] + "\n")
+        except OSError as exc:
+            result["not_applied_live"].append(
+                dict(name=write["knob"], reason=f"kernel refused the write: {exc.strerror}")
+            )
+            continue
+        result["applied_live"].append(shown)
+        now = kernel_runtime.parse_selected((_read(target) or "").strip())
+        if write["knob"].startswith("hugepages") and now != write["after"]:
+            result["not_applied_live"].append(
+                dict(
+                    name=write["knob"], reason=f"kernel allocated {now} of {write['after']} pages (memory fragmented?)"
+                )
+            )
+    result["changed"] = result["file_changed"] or bool(result["applied_live"])
+    if module._diff:
+        result["diff"] = [
+            dict(before=before or "", after=after or "", before_header=path, after_header=path),
+            dict(
+                before="".join(f"/{w['path']}: {w['before']}\n" for w in decided["writes"]),
+                after="".join(f"/{w['path']}: {w['after']}\n" for w in decided["writes"]),
+                before_header="sysfs",
+                after_header="sysfs",
+            ),
+        ]
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

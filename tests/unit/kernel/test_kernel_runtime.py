@@ -1,0 +1,140 @@
+"""kernel_runtime: THP, hugepages and governor readers, the planner, tmpfiles rendering and the module."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpuops.cluster.plugins.module_utils import kernel_runtime as kr
+from ansible_collections.gpuops.cluster.plugins.modules import kernel_runtime as module
+
+
+def current(root, governors=True):
+    return {
+        "thp": kr.read_thp(str(root)),
+        "hugepages": kr.read_hugepages(str(root), 2048),
+        "governors": kr.read_governors(str(root)) if governors else {},
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "selected"), [("always [madvise] never", "madvise"), ("1024", "1024"), (None, None), ("[never]", "never")]
+)
+def test_parse_selected(text, selected):
+    assert kr.parse_selected(text) == selected
+
+
+def test_readers_two_socket(make_tree):
+    root, _ = make_tree("two_socket")
+    assert kr.read_thp(str(root)) == {"enabled": "always", "defrag": "madvise"}
+    assert kr.read_hugepages(str(root), 2048) == {"total": 0, "nodes": {0: 0, 1: 0}}
+    assert kr.read_hugepages(str(root), 1048576) == {"total": None, "nodes": {0: None, 1: None}}
+    governors = kr.read_governors(str(root))
+    assert len(governors) == 64
+    assert governors[1] == {"governor": "powersave", "available": ["performance", "powersave"]}
+
+
+def test_readers_numa_less(make_tree):
+    root, _ = make_tree("numa_less")
+    assert kr.read_hugepages(str(root), 2048) == {"total": 0, "nodes": {}}
+    assert kr.read_governors(str(root)) == {}
+
+
+def test_plan_thp_and_total_hugepages(make_tree):
+    root, _ = make_tree("one_socket")
+    decided = kr.plan(current(root), {"thp_enabled": "madvise", "thp_defrag": "madvise", "hugepages": 512})
+    assert [(w["knob"], w["before"], w["after"]) for w in decided["writes"]] == [
+        ("thp_enabled", "always", "madvise"),
+        ("hugepages", "0", "512"),
+    ]
+    assert ("sys/kernel/mm/transparent_hugepage/defrag", "madvise") in decided["persist"]
+    assert decided["unavailable"] == []
+
+
+def test_plan_per_node_and_missing_node(make_tree):
+    root, _ = make_tree("two_socket")
+    decided = kr.plan(current(root), {"hugepages_per_node": {"0": 1024, 1: 0, 3: 8}})
+    assert [w["path"] for w in decided["writes"]] == [
+        "sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages"
+    ]
+    assert decided["unavailable"] == [{"name": "hugepages node3", "reason": "NUMA node 3 does not exist"}]
+    with pytest.raises(ValueError, match="not both"):
+        kr.plan(current(root), {"hugepages": 1, "hugepages_per_node": {0: 1}})
+
+
+def test_plan_governor(make_tree):
+    root, _ = make_tree("one_socket")
+    decided = kr.plan(current(root), {"governor": "performance"})
+    assert len(decided["writes"]) == 8
+    assert decided["persist"] == [("sys/devices/system/cpu/cpu*/cpufreq/scaling_governor", "performance")]
+    with pytest.raises(ValueError, match="schedutil"):
+        kr.plan(current(root), {"governor": "schedutil"})
+    root2, _ = make_tree("numa_less")
+    assert kr.plan(current(root2), {"governor": "performance"})["unavailable"][0]["name"] == "governor"
+
+
+def test_plan_rejects_bad_thp_mode(make_tree):
+    root, _ = make_tree("one_socket")
+    with pytest.raises(ValueError, match="thp_enabled"):
+        kr.plan(current(root), {"thp_enabled": "sometimes"})
+
+
+def test_render_tmpfiles():
+    text = kr.render_tmpfiles([("sys/kernel/mm/transparent_hugepage/enabled", "never")])
+    assert text == kr.TMPFILES_HEADER + "w /sys/kernel/mm/transparent_hugepage/enabled - - - - never\n"
+
+
+# ------------------------------------------------------------------ module
+def test_module_applies_persists_and_is_idempotent(make_tree, run_module):
+    root, _ = make_tree("two_socket")
+    args = {
+        "name": "gpuops-thp",
+        "thp_enabled": "never",
+        "thp_defrag": "never",
+        "root": str(root),
+        "apply_live": "always",
+    }
+    first = run_module(module, args, diff=True)
+    assert first["changed"] is True
+    assert (root / "sys/kernel/mm/transparent_hugepage/enabled").read_text().strip() == "never"
+    tmpfiles = (root / "etc/tmpfiles.d/gpuops-thp.conf").read_text()
+    assert "w /sys/kernel/mm/transparent_hugepage/defrag - - - - never\n" in tmpfiles
+    assert first["diff"][0]["after"] == tmpfiles
+    second = run_module(module, args)
+    assert second["changed"] is False
+    assert second["drift"] == {}
+
+
+def test_module_check_mode_writes_nothing(make_tree, run_module):
+    root, _ = make_tree("one_socket")
+    args = {"name": "gpuops-hugepages", "hugepages_per_node": {0: 64}, "root": str(root), "apply_live": "always"}
+    result = run_module(module, args, check_mode=True)
+    assert result["changed"] is True
+    assert result["applied_live"] == ["/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages"]
+    assert not (root / "etc/tmpfiles.d/gpuops-hugepages.conf").exists()
+    assert (root / "sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages").read_text().strip() == "0"
+
+
+def test_module_not_live_persists_and_lists(make_tree, run_module):
+    root, _ = make_tree("one_socket")
+    result = run_module(module, {"name": "gpuops-gov", "governor": "performance", "root": str(root)})
+    assert result["file_changed"] is True
+    assert result["applied_live"] == []
+    assert {i["name"] for i in result["not_applied_live"]} == {"governor"}
+    assert len(result["not_applied_live"]) == 1
+    assert (root / "sys/devices/system/cpu/cpu1/cpufreq/scaling_governor").read_text().strip() == "powersave"
+
+
+def test_module_mutually_exclusive_hugepages(make_tree, run_module):
+    root, _ = make_tree("one_socket")
+    result = run_module(module, {"hugepages": 1, "hugepages_per_node": {0: 1}, "root": str(root)})
+    assert result["_failed"] is True
+    assert "mutually exclusive" in result["msg"]
+
+
+def test_module_nothing_requested_removes_file(make_tree, run_module):
+    root, _ = make_tree("one_socket")
+    path = root / "etc/tmpfiles.d/gpuops-kernel-runtime.conf"
+    path.parent.mkdir(parents=True)
+    path.write_text("w /x - - - - 1\n")
+    result = run_module(module, {"root": str(root)})
+    assert result["changed"] is True
+    assert not path.exists()
