@@ -31,7 +31,7 @@ def parse_cpulist(text: str) -> list:
         if not part:
             continue
         if "-" in part:
-            span, _, stride = part.partition(":")
+            span, _unused, stride = part.partition(":")
             low, high = (int(x) for x in span.split("-", 1))
             if high < low:
                 raise ValueError(f"bad cpulist range {part!r}")

@@ -186,7 +186,7 @@ def parse_grubby_info(text: str) -> list:
         line = raw.strip()
         if "=" not in line:
             continue
-        key, _, value = line.partition("=")
+        key, _unused, value = line.partition("=")
         if len(value) >= 2 and value[0] == value[-1] == '"':
             value = value[1:-1]
         if key == "index":

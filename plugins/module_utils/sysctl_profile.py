@@ -84,7 +84,7 @@ def parse_dropin(text: str) -> dict:
             continue
         if "=" not in line:
             continue
-        key, _, value = line.partition("=")
+        key, _unused, value = line.partition("=")
         key = key.strip().lstrip("-").strip()
         if key:
             result[key] = normalise_value(value)

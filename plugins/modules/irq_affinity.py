@@ -21,7 +21,7 @@ description:
   - O(irqbalance=stop) disables and stops irqbalance; O(irqbalance=ban) points irqbalance at
     O(policy_script) (C(--policyscript)), which bans the planned devices' IRQs, and restarts it when running.
 author:
-  - gpuops.cluster contributors
+  - gpuops.cluster maintainers (@gpuops)
 options:
   devices:
     description: Devices by PCI address (C(0000:17:00.0)), network interface (C(ens1f0)) or InfiniBand name (C(mlx5_0)).
@@ -72,8 +72,10 @@ options:
     default: /
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying the target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: The diff is the plan file and the IRQ affinities before and after.
 notes:

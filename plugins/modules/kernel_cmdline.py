@@ -21,7 +21,7 @@ description:
   - The bootloader belongs to the host, so in a container the grub file is still written but
     C(update-grub) or C(grubby) only run with O(apply_live=always).
 author:
-  - gpuops.cluster contributors
+  - gpuops.cluster maintainers (@gpuops)
 options:
   args:
     description: Arguments to add or replace, each C(key) or C(key=value).
@@ -59,8 +59,10 @@ options:
     default: /
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying the target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: The diff is the grub file, or the arguments of every grubby entry, before and after.
 notes:

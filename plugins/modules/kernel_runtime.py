@@ -20,7 +20,7 @@ description:
     RV(not_applied_live).
   - Knobs left unset (null) are not touched and not persisted.
 author:
-  - gpuops.cluster contributors
+  - gpuops.cluster maintainers (@gpuops)
 options:
   name:
     description: File name of the tmpfiles.d drop-in without C(.conf); give each caller its own name.
@@ -63,8 +63,10 @@ options:
     default: /
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying the target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: The diff is the tmpfiles.d drop-in and the sysfs values before and after.
 """

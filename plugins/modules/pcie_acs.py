@@ -16,7 +16,7 @@ description:
     C(setpci) until the next reboot; it is not persisted (prefer disabling ACS in the BIOS).
   - ACS is host-global, so in a container nothing is written unless O(apply_live=always).
 author:
-  - gpuops.cluster contributors
+  - gpuops.cluster maintainers (@gpuops)
 options:
   state:
     description: V(report) only reads; V(disabled) clears ACS on the devices that have it enabled.
@@ -35,8 +35,10 @@ options:
     default: auto
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying the target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 requirements:
   - pciutils (C(lspci), C(setpci))

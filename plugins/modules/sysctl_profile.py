@@ -22,7 +22,7 @@ description:
     listed in RV(not_applied_live).
   - Unlike M(ansible.posix.sysctl) (one key and one reload per task) this module sets the whole profile at once.
 author:
-  - gpuops.cluster contributors
+  - gpuops.cluster maintainers (@gpuops)
 options:
   sysctls:
     description:
@@ -62,8 +62,10 @@ options:
     default: /
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying the target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: The diff is the drop-in file before and after.
 seealso:

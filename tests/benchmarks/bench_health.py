@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Figures of the GPU health engine (a plain script, not a test).
 
     .venv/bin/python tests/benchmarks/bench_health.py
@@ -38,7 +37,7 @@ from ansible_collections.gpuops.cluster.plugins.modules import gpu_health as mod
 
 def timed(function, repeat=50):
     samples = []
-    for _ in range(repeat):
+    for _unused in range(repeat):
         start = time.perf_counter()
         function()
         samples.append((time.perf_counter() - start) * 1000)
@@ -114,7 +113,7 @@ def main():
         % (FIXTURES / "nvidia-smi/h100-sxm-8x-healthy.xml", FIXTURES / "kernel-log/xid-journal-short-iso.log"),
     ]  # fmt: skip
     walls = []
-    for _ in range(5):
+    for _unused in range(5):
         start = time.perf_counter()
         done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
         walls.append((time.perf_counter() - start) * 1000)

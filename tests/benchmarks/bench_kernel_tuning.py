@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Figures of the kernel tuning modules and role (a plain script, not a test).
 
     .venv/bin/python tests/benchmarks/bench_kernel_tuning.py
@@ -83,7 +82,7 @@ def module_figures() -> None:
         print(f"  first run : 1 module call, {len(first)} sysctl reload(s), changed={result['changed']}")
         print(f"  re-run    : 1 module call, {len(second)} sysctl reload(s), changed={again['changed']}")
         samples = []
-        for _ in range(30):
+        for _unused in range(30):
             start = time.perf_counter()
             call(root, [])
             samples.append((time.perf_counter() - start) * 1000)

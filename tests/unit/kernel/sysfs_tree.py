@@ -59,7 +59,7 @@ def cpulist(cpus) -> str:
 def expand(text: str) -> list:
     cpus = []
     for part in text.split(","):
-        low, _, high = part.partition("-")
+        low, _unused, high = part.partition("-")
         cpus.extend(range(int(low), int(high or low) + 1))
     return cpus
 
@@ -126,7 +126,7 @@ def build(name: str, root: Path) -> dict:
         if device.get("legacy_irq"):
             _write(root, f"{base}/irq", str(device["legacy_irq"]))
             numbers.append(device["legacy_irq"])
-        for _ in range(device["irqs"]):
+        for _unused in range(device["irqs"]):
             _write(root, f"{base}/msi_irqs/{irq}", "msix")
             numbers.append(irq)
             irq += 1
@@ -135,7 +135,7 @@ def build(name: str, root: Path) -> dict:
             _write(root, f"proc/irq/{number}/smp_affinity_list", f"0-{ncpu - 1}")
             counts = "".join(f"{(number * 7 + c) % 97:11d}" for c in range(ncpu))
             lines.append(f"{number:4d}:{counts}  IR-PCI-MSIX-{address} {index}-edge      {_label(device, index)}")
-    lines.append("NMI:" + "".join(f"{0:11d}" for _ in range(ncpu)) + "   Non-maskable interrupts")
+    lines.append("NMI:" + "".join(f"{0:11d}" for _unused in range(ncpu)) + "   Non-maskable interrupts")
     _write(root, "proc/interrupts", "\n".join(lines))
     _write(root, "proc/cmdline", "BOOT_IMAGE=/boot/vmlinuz-6.1.0-28-amd64 root=UUID=1234 ro quiet")
     for key, value in LIVE_SYSCTLS.items():

@@ -52,7 +52,7 @@ def test_readers_two_socket(make_tree):
 
 
 def test_resolve_devices_by_name_address_and_driver(make_tree):
-    root, _ = make_tree("two_socket")
+    root, _unused = make_tree("two_socket")
     root = str(root)
     assert ia.resolve_devices(root, ["mlx5_4"]) == ["0000:99:00.0"]
     assert ia.resolve_devices(root, ["ibp23s0", "0000:17:00.0"]) == ["0000:17:00.0"]
@@ -72,7 +72,7 @@ def _plan(root, drivers, housekeeping=()):
 
 
 def test_plan_two_socket_keeps_irqs_on_the_device_node(make_tree):
-    root, _ = make_tree("two_socket")
+    root, _unused = make_tree("two_socket")
     devices, planned = _plan(root, ["mlx5_core", "nvidia"], housekeeping=[0, 1, 16, 17, 32, 33, 48, 49])
     nodes = ia.read_nodes(str(root))
     for device in devices:
@@ -89,7 +89,7 @@ def test_plan_two_socket_keeps_irqs_on_the_device_node(make_tree):
 
 
 def test_plan_spreads_a_nic_queues_over_primary_threads_first(make_tree):
-    root, _ = make_tree("two_socket")
+    root, _unused = make_tree("two_socket")
     _devices, planned = _plan(root, ["mlx5_core"])
     first_nic = planned["devices"][0]
     cpus = [planned["irqs"][irq][0] for irq in first_nic["irqs"]]
@@ -99,7 +99,7 @@ def test_plan_spreads_a_nic_queues_over_primary_threads_first(make_tree):
 
 
 def test_plan_one_socket(make_tree):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     devices, planned = _plan(root, ["nvidia", "mlx5_core"], housekeeping=[0, 8])
     gpu_irq = devices[1]["irqs"][0] if devices[1]["driver"] == "nvidia" else devices[0]["irqs"][0]
     nic = next(d for d in devices if d["driver"] == "mlx5_core")
@@ -108,7 +108,7 @@ def test_plan_one_socket(make_tree):
 
 
 def test_plan_numa_less_uses_local_cpulist_and_legacy_irq(make_tree):
-    root, _ = make_tree("numa_less")
+    root, _unused = make_tree("numa_less")
     devices, planned = _plan(root, ["mlx5_core", "nvidia"], housekeeping=[0])
     assert ia.read_nodes(str(root)) == {}
     gpu = next(d for d in devices if d["driver"] == "nvidia")
@@ -120,7 +120,7 @@ def test_plan_numa_less_uses_local_cpulist_and_legacy_irq(make_tree):
 
 
 def test_plan_falls_back_when_housekeeping_covers_the_node(make_tree):
-    root, _ = make_tree("two_socket")
+    root, _unused = make_tree("two_socket")
     node0 = ia.read_nodes(str(root))[0]
     devices, planned = _plan(root, ["nvidia"], housekeeping=node0)
     assert planned["devices"][0]["note"].startswith("no local CPU")
@@ -130,7 +130,7 @@ def test_plan_falls_back_when_housekeeping_covers_the_node(make_tree):
 
 
 def test_changes_and_persist_render(make_tree):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     devices, planned = _plan(root, ["mlx5_core"])
     current = ia.read_affinity(str(root), planned["irqs"])
     diff = ia.changes(planned["irqs"], current)
@@ -171,7 +171,7 @@ def test_module_applies_persists_and_is_idempotent(make_tree, run_module):
 
 
 def test_module_check_mode_and_container_default(make_tree, run_module):
-    root, _ = make_tree("two_socket")
+    root, _unused = make_tree("two_socket")
     args = {"drivers": ["mlx5_core"], "root": str(root), "apply_live": "always"}
     checked = run_module(module, args, check_mode=True)
     assert checked["changed"] is True
@@ -185,14 +185,14 @@ def test_module_check_mode_and_container_default(make_tree, run_module):
 
 
 def test_module_unknown_device_fails_with_hint(make_tree, run_module):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     result = run_module(module, {"devices": ["eth7"], "root": str(root)})
     assert result["_failed"] is True
     assert "lspci" in result["msg"]
 
 
 def test_module_irqbalance_stop_in_chroot_disables_only(make_tree, run_module):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
 
     def systemctl(argv):
         return (0, "enabled\n", "") if "is-enabled" in argv else (0, "", "")
@@ -204,7 +204,7 @@ def test_module_irqbalance_stop_in_chroot_disables_only(make_tree, run_module):
 
 
 def test_module_irqbalance_ban_writes_policyscript(make_tree, run_module):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     (root / "etc/sysconfig").mkdir(parents=True)
     (root / "etc/sysconfig/irqbalance").write_text('IRQBALANCE_ARGS=""\n')
     args = {"drivers": ["nvidia"], "irqbalance": "ban", "root": str(root), "apply_live": "never"}

@@ -112,7 +112,7 @@ def test_grubby_parse_and_plan():
 
 # ------------------------------------------------------------------ module
 def grub_root(make_tree):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     (root / "etc/default").mkdir(parents=True)
     (root / "etc/default/grub").write_text(GRUB)
     return root
@@ -163,7 +163,7 @@ def test_module_missing_update_grub_fails_with_hint(make_tree, run_module, as_ru
 
 
 def test_module_grubby_runs_one_update(make_tree, run_module, as_running_system):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     (root / "boot/loader/entries").mkdir(parents=True)
 
     def grubby(argv):

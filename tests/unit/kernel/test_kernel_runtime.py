@@ -23,7 +23,7 @@ def test_parse_selected(text, selected):
 
 
 def test_readers_two_socket(make_tree):
-    root, _ = make_tree("two_socket")
+    root, _unused = make_tree("two_socket")
     assert kr.read_thp(str(root)) == {"enabled": "always", "defrag": "madvise"}
     assert kr.read_hugepages(str(root), 2048) == {"total": 0, "nodes": {0: 0, 1: 0}}
     assert kr.read_hugepages(str(root), 1048576) == {"total": None, "nodes": {0: None, 1: None}}
@@ -33,13 +33,13 @@ def test_readers_two_socket(make_tree):
 
 
 def test_readers_numa_less(make_tree):
-    root, _ = make_tree("numa_less")
+    root, _unused = make_tree("numa_less")
     assert kr.read_hugepages(str(root), 2048) == {"total": 0, "nodes": {}}
     assert kr.read_governors(str(root)) == {}
 
 
 def test_plan_thp_and_total_hugepages(make_tree):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     decided = kr.plan(current(root), {"thp_enabled": "madvise", "thp_defrag": "madvise", "hugepages": 512})
     assert [(w["knob"], w["before"], w["after"]) for w in decided["writes"]] == [
         ("thp_enabled", "always", "madvise"),
@@ -50,7 +50,7 @@ def test_plan_thp_and_total_hugepages(make_tree):
 
 
 def test_plan_per_node_and_missing_node(make_tree):
-    root, _ = make_tree("two_socket")
+    root, _unused = make_tree("two_socket")
     decided = kr.plan(current(root), {"hugepages_per_node": {"0": 1024, 1: 0, 3: 8}})
     assert [w["path"] for w in decided["writes"]] == [
         "sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages"
@@ -61,18 +61,18 @@ def test_plan_per_node_and_missing_node(make_tree):
 
 
 def test_plan_governor(make_tree):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     decided = kr.plan(current(root), {"governor": "performance"})
     assert len(decided["writes"]) == 8
     assert decided["persist"] == [("sys/devices/system/cpu/cpu*/cpufreq/scaling_governor", "performance")]
     with pytest.raises(ValueError, match="schedutil"):
         kr.plan(current(root), {"governor": "schedutil"})
-    root2, _ = make_tree("numa_less")
+    root2, _unused = make_tree("numa_less")
     assert kr.plan(current(root2), {"governor": "performance"})["unavailable"][0]["name"] == "governor"
 
 
 def test_plan_rejects_bad_thp_mode(make_tree):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     with pytest.raises(ValueError, match="thp_enabled"):
         kr.plan(current(root), {"thp_enabled": "sometimes"})
 
@@ -84,7 +84,7 @@ def test_render_tmpfiles():
 
 # ------------------------------------------------------------------ module
 def test_module_applies_persists_and_is_idempotent(make_tree, run_module):
-    root, _ = make_tree("two_socket")
+    root, _unused = make_tree("two_socket")
     args = {
         "name": "gpuops-thp",
         "thp_enabled": "never",
@@ -104,7 +104,7 @@ def test_module_applies_persists_and_is_idempotent(make_tree, run_module):
 
 
 def test_module_check_mode_writes_nothing(make_tree, run_module):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     args = {"name": "gpuops-hugepages", "hugepages_per_node": {0: 64}, "root": str(root), "apply_live": "always"}
     result = run_module(module, args, check_mode=True)
     assert result["changed"] is True
@@ -114,7 +114,7 @@ def test_module_check_mode_writes_nothing(make_tree, run_module):
 
 
 def test_module_not_live_persists_and_lists(make_tree, run_module):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     result = run_module(module, {"name": "gpuops-gov", "governor": "performance", "root": str(root)})
     assert result["file_changed"] is True
     assert result["applied_live"] == []
@@ -124,14 +124,14 @@ def test_module_not_live_persists_and_lists(make_tree, run_module):
 
 
 def test_module_mutually_exclusive_hugepages(make_tree, run_module):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     result = run_module(module, {"hugepages": 1, "hugepages_per_node": {0: 1}, "root": str(root)})
     assert result["_failed"] is True
     assert "mutually exclusive" in result["msg"]
 
 
 def test_module_nothing_requested_removes_file(make_tree, run_module):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     path = root / "etc/tmpfiles.d/gpuops-kernel-runtime.conf"
     path.parent.mkdir(parents=True)
     path.write_text("w /x - - - - 1\n")

@@ -124,7 +124,7 @@ def args(root, **extra):
 
 
 def test_module_twenty_keys_one_reload_then_none(make_tree, run_module, as_running_system):
-    root, _ = make_tree("two_socket")
+    root, _unused = make_tree("two_socket")
     bins = {"sysctl": "/usr/sbin/sysctl"}
     first = run_module(module, args(root), run_command=fake_sysctl(root), bins=bins)
     assert first["changed"] is True
@@ -139,7 +139,7 @@ def test_module_twenty_keys_one_reload_then_none(make_tree, run_module, as_runni
 
 
 def test_module_check_mode_changes_nothing(make_tree, run_module, as_running_system):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     result = run_module(module, args(root), bins={"sysctl": "/usr/sbin/sysctl"}, check_mode=True, diff=True)
     assert result["changed"] is True
     assert result["_commands"] == []
@@ -151,7 +151,7 @@ def test_module_check_mode_changes_nothing(make_tree, run_module, as_running_sys
 
 
 def test_module_file_drift_only_rewrites_without_reload(make_tree, run_module):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     live = {"vm.swappiness": "60"}
     target = root / "etc/sysctl.d/90-gpuops-tuning.conf"
     target.parent.mkdir(parents=True)
@@ -163,7 +163,7 @@ def test_module_file_drift_only_rewrites_without_reload(make_tree, run_module):
 
 
 def test_module_apply_live_never_persists_only(make_tree, run_module):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     result = run_module(module, args(root, apply_live="never"), bins={"sysctl": "/usr/sbin/sysctl"})
     assert result["_commands"] == []
     assert {item["name"] for item in result["not_applied_live"]} == set(result["drift"])
@@ -171,7 +171,7 @@ def test_module_apply_live_never_persists_only(make_tree, run_module):
 
 
 def test_module_in_container_applies_only_namespaced_keys(make_tree, run_module):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     (root / "run").mkdir()
     (root / "run/.containerenv").write_text("")
     result = run_module(module, args(root, apply_live="auto"), run_command=fake_sysctl(root), bins={"sysctl": "/s"})
@@ -185,7 +185,7 @@ def test_live_split_in_container():
     drifting = {"vm.swappiness": {}, "net.ipv4.tcp_rmem": {}, "net.core.rmem_max": {}}
     apply, skipped = module._live_keys("auto", "podman", "/", drifting)
     assert apply == ["net.ipv4.tcp_rmem"]
-    assert sorted(k for k, _ in skipped) == ["net.core.rmem_max", "vm.swappiness"]
+    assert sorted(k for k, _unused in skipped) == ["net.core.rmem_max", "vm.swappiness"]
     apply, skipped = module._live_keys("always", "podman", "/", drifting)
     assert sorted(apply) == sorted(drifting)
     assert skipped == []
@@ -194,7 +194,7 @@ def test_live_split_in_container():
 
 
 def test_module_failed_write_on_host_fails_with_hint(make_tree, run_module, as_running_system):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     result = run_module(
         module,
         args(root, sysctls={"vm.swappiness": 1}),
@@ -207,7 +207,7 @@ def test_module_failed_write_on_host_fails_with_hint(make_tree, run_module, as_r
 
 
 def test_module_state_absent_removes_file(make_tree, run_module):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     target = root / "etc/sysctl.d/90-gpuops-tuning.conf"
     target.parent.mkdir(parents=True)
     target.write_text("vm.swappiness = 1\n")
@@ -219,7 +219,7 @@ def test_module_state_absent_removes_file(make_tree, run_module):
 
 
 def test_module_requires_sysctls_when_present(make_tree, run_module):
-    root, _ = make_tree("one_socket")
+    root, _unused = make_tree("one_socket")
     result = run_module(module, {"root": str(root)})
     assert result["_failed"] is True
     assert "sysctls" in result["msg"]
@@ -227,7 +227,7 @@ def test_module_requires_sysctls_when_present(make_tree, run_module):
 
 def test_module_never_runs_sysctl_under_another_root(make_tree, run_module):
     """Under a test tree or chroot, sysctl would act on the machine running the module: write the tree instead."""
-    root, _ = make_tree("two_socket")
+    root, _unused = make_tree("two_socket")
     result = run_module(module, args(root), run_command=fake_sysctl(root), bins={"sysctl": "/usr/sbin/sysctl"})
     assert result["_commands"] == []
     assert result["command"] == []
