@@ -1,0 +1,71 @@
+# Copyright: contributors to gpuops.cluster
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters of the rolling upgrade (playbooks/rolling_upgrade.yml).
+
+Documentation for each filter lives in the sidecar YAML next to this file
+(upgrade_waves.yml, upgrade_decision.yml, upgrade_stack_fact.yml, upgrade_report.yml).
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.module_utils import upgrade_record, wave_plan
+
+PREFIX = "gpuops.cluster."
+
+
+def upgrade_waves(hosts, canary=None, waves=None, max_unavailable="100%", skip=None):
+    """The wave plan, with ``lines`` describing it for the operator."""
+    try:
+        result = wave_plan.plan(
+            list(hosts),
+            canary_hosts=list(canary or []),
+            waves=list(waves) if waves is not None else [1, "10%", "25%", "100%"],
+            max_unavailable=max_unavailable,
+            skip=list(skip or []),
+        )
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("%supgrade_waves: %s" % (PREFIX, exc)) from exc
+    result["lines"] = wave_plan.describe(result)
+    return result
+
+
+def upgrade_decision(stack_facts, health=None, fact=None):
+    """Survey decision for one node: ``{decision: upgrade|skip|exclude, reason}``."""
+    if not isinstance(stack_facts, dict):
+        raise AnsibleFilterError("%supgrade_decision: input must be ansible_facts.gpu_stack (a dict)" % PREFIX)
+    return upgrade_record.decide(stack_facts, health or {}, fact)
+
+
+def upgrade_stack_fact(fact, target, step, run_id, now, result=None, fallback_previous=None):
+    """The content of the gpuops_stack local fact before (``begin``) or after (``finish``) a node's change."""
+    try:
+        if step == "begin":
+            return upgrade_record.begin(fact, target or {}, run_id, now, fallback_previous)
+        if step == "finish":
+            return upgrade_record.finish(fact, target or {}, run_id, now, result)
+    except ValueError as exc:
+        raise AnsibleFilterError("%supgrade_stack_fact: %s" % (PREFIX, exc)) from exc
+    raise AnsibleFilterError("%supgrade_stack_fact: step must be begin or finish, got %r" % (PREFIX, step))
+
+
+def upgrade_report(records, run_id, plan, started_at, finished_at, settings=None):
+    """The audit report of a run, with ``summary`` (the human lines)."""
+    try:
+        audit = upgrade_record.report(run_id, plan or {}, list(records or []), started_at, finished_at, settings)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("%supgrade_report: %s" % (PREFIX, exc)) from exc
+    audit["summary"] = upgrade_record.summary_lines(audit)
+    return audit
+
+
+class FilterModule:
+    """gpuops.cluster rolling-upgrade filters."""
+
+    def filters(self):
+        return {
+            "upgrade_waves": upgrade_waves,
+            "upgrade_decision": upgrade_decision,
+            "upgrade_stack_fact": upgrade_stack_fact,
+            "upgrade_report": upgrade_report,
+        }

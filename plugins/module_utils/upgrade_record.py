@@ -1,0 +1,225 @@
+# Copyright: contributors to gpuops.cluster
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a rolling upgrade records: the stack fact on each node, the per-node decision, the audit report.
+
+The stack fact is ``/etc/ansible/facts.d/gpuops_stack.fact`` (JSON) on each node::
+
+    {"schema": 1,
+     "current":  {stack} or null,   # the stack gpuops last installed and gated there
+     "previous": {stack} or null,   # the stack before the last change: what a rollback reinstalls
+     "pending":  {run_id, target_driver_version, started_at} or null,   # an upgrade begun, not finished
+     "history":  [{run_id, from, to, result, at}]}                       # the last HISTORY_LENGTH changes
+
+A ``{stack}`` is ``{driver_version, kernel_modules, cuda_version, resolved}``, ``resolved``
+being the output of ``gpuops.cluster.resolve_stack`` (what the nvidia_stack role installs),
+or null when only the observed versions are known (no rollback possible then).
+No I/O here: the playbook reads and writes the file, these functions compute its content.
+"""
+
+from __future__ import annotations
+
+SCHEMA = 1
+HISTORY_LENGTH = 10
+NODE_STATUSES = (
+    "skipped",  # already on the target stack and healthy
+    "excluded",  # unhealthy before the upgrade: reported, left out
+    "upgraded",  # on the target stack, gated, back in service (or kept drained for its other owner)
+    "drain_timeout",  # jobs still running when the drain timed out: left drained, not upgraded
+    "failed",  # a gate or a step failed: left drained
+    "rolled_back",  # failed, then back on the previous stack and gated: left drained for a look
+    "rollback_failed",  # failed, and the rollback failed too: left drained
+    "not_reached",  # planned, but the run halted before its wave
+)
+FAILED_STATUSES = frozenset({"failed", "rolled_back", "rollback_failed"})
+
+
+def empty_fact() -> dict:
+    return {"schema": SCHEMA, "current": None, "previous": None, "pending": None, "history": []}
+
+
+def load_fact(content) -> dict:
+    """The fact as Ansible's local facts give it (a dict, or {} / a string when absent or unreadable)."""
+    if not isinstance(content, dict) or content.get("schema") != SCHEMA:
+        return empty_fact()
+    fact = empty_fact()
+    fact.update({key: content.get(key) for key in fact})
+    fact["history"] = list(content.get("history") or [])
+    return fact
+
+
+def stack_summary(resolved: dict | None) -> dict | None:
+    """The ``{stack}`` entry of a resolved stack."""
+    if not resolved:
+        return None
+    return {
+        "driver_version": resolved.get("driver_version"),
+        "kernel_modules": resolved.get("kernel_modules"),
+        "cuda_version": resolved.get("cuda_version"),
+        "resolved": resolved,
+    }
+
+
+def begin(fact, target: dict, run_id: str, now: str, fallback_previous: dict | None = None) -> dict:
+    """The fact to write before the node's stack changes.
+
+    ``previous`` becomes the stack that is there now: ``current`` of the fact, else
+    ``fallback_previous`` (a resolved stack the operator names for nodes installed
+    before gpuops recorded anything). An upgrade already pending (an aborted run)
+    keeps the ``previous`` it recorded: the node may be half-way, and a rollback must
+    go back to where it started.
+    """
+    fact = load_fact(fact)
+    if fact["pending"] is None:
+        fact["previous"] = fact["current"] or stack_summary(fallback_previous)
+    elif fact["previous"] is None:
+        fact["previous"] = stack_summary(fallback_previous)
+    fact["pending"] = {
+        "run_id": run_id,
+        "target_driver_version": target.get("driver_version"),
+        "started_at": (fact["pending"] or {}).get("started_at") or now,
+    }
+    return fact
+
+
+def finish(fact, target: dict, run_id: str, now: str, result: str) -> dict:
+    """The fact after the node's upgrade ends with ``result`` (a node status)."""
+    fact = load_fact(fact)
+    if result not in NODE_STATUSES:
+        raise ValueError("unknown node status %r, expected one of %s" % (result, ", ".join(NODE_STATUSES)))
+    before = (fact["previous"] or {}).get("driver_version")
+    if result == "upgraded":
+        fact["current"] = stack_summary(target)
+        fact["pending"] = None
+    elif result == "rolled_back":
+        fact["current"] = fact["previous"]
+        fact["pending"] = None
+    # failed / rollback_failed: pending stays, so a re-run knows the node is half-way and ours.
+    fact["history"] = (
+        fact["history"]
+        + [{"run_id": run_id, "from": before, "to": target.get("driver_version"), "result": result, "at": now}]
+    )[-HISTORY_LENGTH:]
+    return fact
+
+
+def rollback_stack(fact) -> dict | None:
+    """The resolved stack a rollback reinstalls, or None when none was recorded."""
+    previous = load_fact(fact)["previous"]
+    return (previous or {}).get("resolved")
+
+
+def on_target(stack_facts: dict) -> bool:
+    """True when the node's installed packages are the requested ones and the loaded module matches them.
+
+    ``stack_facts`` is ``ansible_facts.gpu_stack`` from ``gpuops.cluster.gpu_stack_facts``
+    run with the target stack as ``requested``.
+    """
+    drift = (stack_facts or {}).get("drift") or {}
+    if not drift or "installed_differs" not in drift:
+        return False
+    return not drift["installed_differs"] and not drift.get("loaded_differs") and not drift.get("reboot_required")
+
+
+def decide(stack_facts: dict, health: dict, fact=None) -> dict:
+    """Survey decision for one node before planning: ``{decision, reason}``.
+
+    * ``upgrade`` with reason ``resume``: an upgrade of ours is pending there (an aborted
+      run); finish it whatever the health says (the node is drained by us, and a
+      half-upgraded node is expected to fail its health check).
+    * ``skip``: already on the target stack and healthy.
+    * ``exclude``: unhealthy before we touch it: reported, never upgraded silently.
+    * ``upgrade``: otherwise.
+    """
+    fact = load_fact(fact)
+    healthy = bool((health or {}).get("healthy"))
+    if fact["pending"] is not None:
+        return {"decision": "upgrade", "reason": "resume: upgrade of run %s pending" % fact["pending"].get("run_id")}
+    if not healthy:
+        failed = ((health or {}).get("summary") or {}).get("failed") or [(health or {}).get("msg") or "no verdict"]
+        return {"decision": "exclude", "reason": "unhealthy before the upgrade: %s" % "; ".join(map(str, failed))}
+    if on_target(stack_facts):
+        return {"decision": "skip", "reason": "already on the target stack and healthy"}
+    return {"decision": "upgrade", "reason": "stack differs from the target"}
+
+
+def _duration(timings: dict, start: str, end: str):
+    if timings.get(start) is None or timings.get(end) is None:
+        return None
+    return round(float(timings[end]) - float(timings[start]), 3)
+
+
+def node_entry(record: dict) -> dict:
+    """A node's audit entry, with durations in seconds computed from its epoch timings."""
+    timings = dict(record.get("timings") or {})
+    entry = dict(record)
+    entry["durations"] = {
+        "drain": _duration(timings, "drain_started", "drained"),
+        "upgrade": _duration(timings, "drained", "upgraded"),
+        "gate": _duration(timings, "upgraded", "gated"),
+        "total": _duration(timings, "started", "finished"),
+    }
+    return entry
+
+
+def report(run_id: str, plan: dict, records: list, started_at: str, finished_at: str, settings=None) -> dict:
+    """The audit report of a run: plan, per node before/after, timings, gate verdicts, what halted."""
+    by_host = {record["host"]: record for record in records}
+    nodes = []
+    for wave in plan.get("waves", []):
+        for host in wave["hosts"]:
+            record = by_host.pop(host, None) or {"host": host, "status": "not_reached"}
+            nodes.append(node_entry(dict(record, wave=wave["name"], canary=wave["canary"])))
+    for host in sorted(by_host):  # skipped and excluded nodes, outside the waves
+        nodes.append(node_entry(dict(by_host[host], wave=None, canary=False)))
+    halted = [node for node in nodes if node.get("status") in FAILED_STATUSES or node.get("halt")]
+    counts: dict[str, int] = {}
+    for node in nodes:
+        counts[node.get("status", "unknown")] = counts.get(node.get("status", "unknown"), 0) + 1
+    if halted:
+        result = "halted"
+    elif not plan.get("waves"):
+        result = "nothing_to_do"
+    else:
+        result = "completed"
+    return {
+        "run_id": run_id,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "result": result,
+        "halted_by": (
+            {"host": halted[0]["host"], "status": halted[0].get("status"), "reason": halted[0].get("reason")}
+            if halted
+            else None
+        ),
+        "settings": settings or {},
+        "plan": plan,
+        "counts": counts,
+        "nodes": nodes,
+    }
+
+
+def summary_lines(audit: dict) -> list[str]:
+    """The human summary printed at the end of a run."""
+    counts = ", ".join("%s %d" % (status, count) for status, count in sorted(audit["counts"].items()))
+    lines = ["run %s: %s (%s)" % (audit["run_id"], audit["result"], counts or "no nodes")]
+    for node in audit["nodes"]:
+        before = (node.get("before") or {}).get("driver_version") or "?"
+        after = (node.get("after") or {}).get("driver_version") or "?"
+        total = node["durations"]["total"]
+        lines.append(
+            "%-9s %-16s %-18s %s -> %s%s%s"
+            % (
+                node.get("wave") or "-",
+                node["host"],
+                node.get("status", "unknown"),
+                before,
+                after,
+                " in %ss" % total if total is not None else "",
+                ": %s" % node["reason"] if node.get("reason") else "",
+            )
+        )
+    if audit["halted_by"]:
+        lines.append(
+            "HALTED at %s (%s): no further node was touched"
+            % (audit["halted_by"]["host"], audit["halted_by"]["status"])
+        )
+    return lines

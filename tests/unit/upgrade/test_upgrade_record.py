@@ -1,0 +1,205 @@
+"""Stack fact content, resume-after-abort decision and the audit report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ansible_collections.gpuops.cluster.plugins.module_utils import upgrade_record
+
+OLD = {
+    "driver_version": "550.127.05",
+    "kernel_modules": "proprietary",
+    "cuda_version": "12.4",
+    "packages": [
+        {
+            "name": "nvidia-driver",
+            "version": "550.127.05-1",
+            "component": "driver",
+            "spec": "nvidia-driver=550.127.05-1",
+        }
+    ],
+}
+NEW = {
+    "driver_version": "550.127.08",
+    "kernel_modules": "proprietary",
+    "cuda_version": "12.4",
+    "packages": [
+        {
+            "name": "nvidia-driver",
+            "version": "550.127.08-1",
+            "component": "driver",
+            "spec": "nvidia-driver=550.127.08-1",
+        }
+    ],
+}
+T0, T1, T2 = "2026-12-02T10:00:00Z", "2026-12-02T10:05:00Z", "2026-12-02T11:00:00Z"
+
+
+def drift(installed_differs=(), loaded_differs=False, reboot_required=False):
+    return {
+        "drift": {
+            "installed_differs": list(installed_differs),
+            "loaded_differs": loaded_differs,
+            "reboot_required": reboot_required,
+        }
+    }
+
+
+HEALTHY = {"healthy": True, "summary": {"failed": []}}
+SICK = {"healthy": False, "summary": {"failed": ["ecc_errors[gpu2]: 3 volatile uncorrectable"]}}
+
+
+def test_first_upgrade_without_record_uses_the_fallback_previous():
+    fact = upgrade_record.begin({}, NEW, "r1", T0, fallback_previous=OLD)
+    assert fact["previous"]["driver_version"] == "550.127.05"
+    assert fact["previous"]["resolved"] == OLD
+    assert fact["pending"] == {"run_id": "r1", "target_driver_version": "550.127.08", "started_at": T0}
+    assert fact["current"] is None
+    assert upgrade_record.rollback_stack(fact) == OLD
+    json.dumps(fact)  # the fact file is JSON
+
+
+def test_without_record_or_fallback_no_rollback_is_possible():
+    fact = upgrade_record.begin("", NEW, "r1", T0)
+    assert fact["previous"] is None
+    assert upgrade_record.rollback_stack(fact) is None
+
+
+def test_upgrade_then_next_upgrade_records_what_was_current():
+    fact = upgrade_record.finish(upgrade_record.begin({}, OLD, "r0", T0), OLD, "r0", T1, "upgraded")
+    assert fact["current"]["driver_version"] == "550.127.05"
+    assert fact["pending"] is None
+    fact = upgrade_record.begin(fact, NEW, "r1", T2)
+    assert fact["previous"]["resolved"] == OLD
+    assert fact["pending"]["run_id"] == "r1"
+    done = upgrade_record.finish(fact, NEW, "r1", T2, "upgraded")
+    assert done["current"]["resolved"] == NEW
+    assert done["previous"]["resolved"] == OLD
+    assert done["history"][-1] == {
+        "run_id": "r1",
+        "from": "550.127.05",
+        "to": "550.127.08",
+        "result": "upgraded",
+        "at": T2,
+    }
+
+
+def test_an_aborted_run_keeps_the_original_previous_on_resume():
+    begun = upgrade_record.begin({}, NEW, "r1", T0, fallback_previous=OLD)
+    # the run died half-way; the re-run must not record the half-upgraded node as "previous"
+    resumed = upgrade_record.begin(begun, NEW, "r2", T1, fallback_previous=NEW)
+    assert resumed["previous"]["resolved"] == OLD
+    assert resumed["pending"] == {"run_id": "r2", "target_driver_version": "550.127.08", "started_at": T0}
+
+
+def test_rollback_makes_previous_current_and_failure_keeps_pending():
+    begun = upgrade_record.begin({}, NEW, "r1", T0, fallback_previous=OLD)
+    rolled = upgrade_record.finish(begun, NEW, "r1", T1, "rolled_back")
+    assert rolled["current"]["resolved"] == OLD
+    assert rolled["pending"] is None
+    failed = upgrade_record.finish(begun, NEW, "r1", T1, "rollback_failed")
+    assert failed["pending"]["run_id"] == "r1"
+    assert failed["history"][-1]["result"] == "rollback_failed"
+    with pytest.raises(ValueError, match="unknown node status"):
+        upgrade_record.finish(begun, NEW, "r1", T1, "great")
+
+
+def test_history_is_bounded():
+    fact = {}
+    for i in range(upgrade_record.HISTORY_LENGTH + 5):
+        fact = upgrade_record.finish(upgrade_record.begin(fact, NEW, "r%d" % i, T0), NEW, "r%d" % i, T1, "upgraded")
+    assert len(fact["history"]) == upgrade_record.HISTORY_LENGTH
+    assert fact["history"][-1]["run_id"] == "r14"
+
+
+def test_a_fact_of_another_schema_is_ignored():
+    assert upgrade_record.load_fact({"schema": 99, "current": "x"}) == upgrade_record.empty_fact()
+
+
+@pytest.mark.parametrize(
+    ("stack", "health", "fact", "decision"),
+    [
+        (drift(), HEALTHY, None, "skip"),
+        (drift([{"name": "nvidia-driver"}]), HEALTHY, None, "upgrade"),
+        (drift(loaded_differs=True), HEALTHY, None, "upgrade"),
+        (drift(reboot_required=True), HEALTHY, None, "upgrade"),
+        ({}, HEALTHY, None, "upgrade"),
+        (drift(), SICK, None, "exclude"),
+        (drift([{"name": "nvidia-driver"}]), SICK, None, "exclude"),
+        # aborted run: ours, half-way, expected to be unhealthy (driver/library mismatch)
+        (
+            drift(reboot_required=True),
+            {"healthy": False, "msg": "mismatch"},
+            {"schema": 1, "pending": {"run_id": "r1"}},
+            "upgrade",
+        ),
+    ],
+)
+def test_decide(stack, health, fact, decision):
+    assert upgrade_record.decide(stack, health, fact)["decision"] == decision
+
+
+def test_exclude_names_the_failed_checks():
+    assert "ecc_errors[gpu2]" in upgrade_record.decide(drift(), SICK)["reason"]
+    assert "no verdict" in upgrade_record.decide(drift(), {})["reason"]
+
+
+PLAN = {
+    "waves": [
+        {"index": 0, "name": "canary", "canary": True, "hosts": ["a"]},
+        {"index": 1, "name": "wave 1", "canary": False, "hosts": ["b", "c"]},
+    ]
+}
+
+
+def test_report_completed():
+    records = [
+        {
+            "host": "a",
+            "status": "upgraded",
+            "before": {"driver_version": "550.127.05"},
+            "after": {"driver_version": "550.127.08"},
+            "timings": {
+                "started": 100,
+                "drain_started": 101,
+                "drained": 110,
+                "upgraded": 150,
+                "gated": 170,
+                "finished": 171,
+            },
+        },
+        {"host": "b", "status": "upgraded", "timings": {"started": 200, "finished": 260}},
+        {"host": "c", "status": "upgraded"},
+        {"host": "d", "status": "skipped", "reason": "already on the target stack and healthy"},
+        {"host": "e", "status": "excluded", "reason": "unhealthy before the upgrade: xid"},
+    ]
+    audit = upgrade_record.report("r1", PLAN, records, T0, T1, {"on_failure": "halt"})
+    assert audit["result"] == "completed"
+    assert audit["halted_by"] is None
+    assert [n["host"] for n in audit["nodes"]] == ["a", "b", "c", "d", "e"]
+    assert audit["nodes"][0]["durations"] == {"drain": 9.0, "upgrade": 40.0, "gate": 20.0, "total": 71.0}
+    assert audit["nodes"][0]["wave"] == "canary"
+    assert audit["nodes"][0]["canary"] is True
+    assert audit["nodes"][3]["wave"] is None
+    assert audit["counts"] == {"upgraded": 3, "skipped": 1, "excluded": 1}
+    lines = upgrade_record.summary_lines(audit)
+    assert lines[0] == "run r1: completed (excluded 1, skipped 1, upgraded 3)"
+    assert "550.127.05 -> 550.127.08 in 71.0s" in lines[1]
+    json.dumps(audit)
+
+
+def test_report_halted_marks_the_rest_not_reached():
+    records = [{"host": "a", "status": "failed", "reason": "health gate: xid[gpu0]"}]
+    audit = upgrade_record.report("r1", PLAN, records, T0, T1)
+    assert audit["result"] == "halted"
+    assert audit["halted_by"] == {"host": "a", "status": "failed", "reason": "health gate: xid[gpu0]"}
+    assert [n["status"] for n in audit["nodes"]] == ["failed", "not_reached", "not_reached"]
+    assert upgrade_record.summary_lines(audit)[-1] == "HALTED at a (failed): no further node was touched"
+
+
+def test_report_halt_on_drain_timeout_and_nothing_to_do():
+    audit = upgrade_record.report("r1", PLAN, [{"host": "a", "status": "drain_timeout", "halt": True}], T0, T1)
+    assert audit["result"] == "halted"
+    assert audit["halted_by"]["status"] == "drain_timeout"
+    assert upgrade_record.report("r2", {"waves": []}, [], T0, T1)["result"] == "nothing_to_do"
