@@ -23,7 +23,8 @@ plain files, so tests can set up any node state:
     "aggregate_uncorrectable": n, "volatile_correctable": n}}, ``row_remap_pending``
     [index], ``row_remap_failure`` [index], ``hw_slowdown`` [index],
     ``hw_thermal_slowdown`` [index], ``hw_power_brake_slowdown`` [index],
-    ``nvlink_down`` {index: [link]}, ``pcie_degraded`` {index: {"gen": g, "width": w}}.
+    ``nvlink_down`` {index: [link]}, ``nvlink_errors`` {index: {link: {"replay": n, "recovery": n,
+    "crc": n}}} (what ``nvlink -e`` counts), ``pcie_degraded`` {index: {"gen": g, "width": w}}.
 ``/var/log/gpuops-lab/kern.log``
     the kernel log the health check reads; ``gpuops-lab-fault xid`` appends an
     ``NVRM: Xid`` line to it in the rsyslog high-precision format.
@@ -114,6 +115,9 @@ CLOCK_EVENT_REASONS = (
     "sw_thermal_slowdown",
     "display_clocks_setting",
 )
+
+# nvidia-smi nvlink -e counters: fault key -> the name nvidia-smi prints before "Errors".
+NVLINK_COUNTERS = {"replay": "Replay", "recovery": "Recovery", "crc": "CRC"}
 
 EXIT_OK = 0
 EXIT_INVALID_ARGUMENT = 2
@@ -238,6 +242,7 @@ def node_gpus() -> list[dict]:
                 "events": events,
                 "link": link,
                 "nvlink_down": {int(n) for n in faults.get("nvlink_down", {}).get(key, [])},
+                "nvlink_errors": {int(n): c for n, c in faults.get("nvlink_errors", {}).get(key, {}).items()},
             }
         )
     return gpus
@@ -383,10 +388,16 @@ def gpu_xml(root: ET.Element, gpu: dict) -> None:
     sub(remap, "remapped_row_unc", 1 if (pending or failure) else 0)
     sub(remap, "remapped_row_pending", "Yes" if pending else "No")
     sub(remap, "remapped_row_failure", "Yes" if failure else "No")
+    # Bank remap availability: a pending remap has used one of its bank's spare rows (the bank
+    # leaves Max); only a failed remap means a bank with no spare row left (None).
     histogram = sub(remap, "row_remapper_histogram")
-    for name, value in (("max", 2559 if pending or failure else 2560), ("high", 0), ("partial", 0), ("low", 0)):
+    banks = {"max": 2560, "high": 0, "partial": 0, "low": 0, "none": 0}
+    if failure:
+        banks["max"], banks["none"] = banks["max"] - 1, 1
+    elif pending:
+        banks["max"], banks["partial"] = banks["max"] - 1, 1
+    for name, value in banks.items():
         sub(histogram, f"row_remapper_histogram_{name}", f"{value} bank(s)")
-    sub(histogram, "row_remapper_histogram_none", "0 bank(s)" if not (pending or failure) else "1 bank(s)")
     temperature = sub(node, "temperature")
     hot = gpu["events"]["hw_thermal_slowdown"]
     sub(temperature, "gpu_temp", f"{91 if hot else 32} C")
@@ -535,6 +546,18 @@ def nvlink_status(gpus: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def nvlink_error_counters(gpus: list[dict]) -> str:
+    """``nvidia-smi nvlink -e``: replay, recovery and CRC counters of every link."""
+    lines = []
+    for gpu in gpus:
+        lines.append(f"GPU {gpu['index']}: {gpu['model']['product_name']} (UUID: {gpu['uuid']})")
+        for link in range(gpu["model"]["nvlinks"]):
+            counters = gpu["nvlink_errors"].get(link, {})
+            for name, printed in NVLINK_COUNTERS.items():
+                lines.append(f"\t Link {link}: {printed} Errors: {counters.get(name, 0)}")
+    return "\n".join(lines) + "\n"
+
+
 def version_text(driver: dict) -> str:
     nvml = ".".join(driver["version"].split(".")[:2])
     return (
@@ -561,12 +584,19 @@ def smi_main(argv: list[str]) -> str:
     if argv[:1] == ["nvlink"]:
         parser = argparse.ArgumentParser(prog="nvidia-smi nvlink", add_help=False)
         parser.add_argument("-s", "--status", action="store_true")
+        parser.add_argument("-e", "--errorcounters", action="store_true")
         parser.add_argument("-i", "--id")
-        args, _ = parser.parse_known_args(argv[1:])
+        args, unknown = parser.parse_known_args(argv[1:])
+        if unknown or args.status == args.errorcounters:
+            raise SmiError(
+                f"Invalid combination of input arguments: nvlink {' '.join(argv[1:])} "
+                "(gpuops lab simulator: nvlink -s or -e, optionally -i ID)",
+                EXIT_INVALID_ARGUMENT,
+            )
         driver_state()
         gpus = select(node_gpus(), args.id)
         require_gpus(gpus)
-        return nvlink_status(gpus)
+        return nvlink_error_counters(gpus) if args.errorcounters else nvlink_status(gpus)
     parser = argparse.ArgumentParser(prog="nvidia-smi", add_help=False)
     parser.add_argument("-q", "--query", action="store_true")
     parser.add_argument("-x", "--xml-format", action="store_true")
@@ -579,7 +609,9 @@ def smi_main(argv: list[str]) -> str:
     parser.add_argument("-h", "--help", action="store_true")
     args, unknown = parser.parse_known_args(argv)
     if args.help:
-        return "gpuops lab nvidia-smi: -q [-x], -L, --query-gpu=F --format=csv[,noheader][,nounits], nvlink -s, -i ID\n"
+        return (
+            "gpuops lab nvidia-smi: -q [-x], -L, --query-gpu=F --format=csv[,noheader][,nounits], nvlink -s|-e, -i ID\n"
+        )
     if unknown:
         raise SmiError(
             f"Invalid combination of input arguments: {' '.join(unknown)} (gpuops lab simulator)", EXIT_INVALID_ARGUMENT
@@ -633,6 +665,11 @@ def fault_main(argv: list[str]) -> str:
     nvlink = commands.add_parser("nvlink-down")
     nvlink.add_argument("--gpu", type=int, required=True)
     nvlink.add_argument("--link", type=int, action="append", required=True)
+    nvlink_counters = commands.add_parser("nvlink-errors")
+    nvlink_counters.add_argument("--gpu", type=int, required=True)
+    nvlink_counters.add_argument("--link", type=int, required=True)
+    for name in NVLINK_COUNTERS:
+        nvlink_counters.add_argument(f"--{name}", type=int, default=0)
     pcie = commands.add_parser("pcie-degraded")
     pcie.add_argument("--gpu", type=int, required=True)
     pcie.add_argument("--gen", type=int, required=True)
@@ -671,6 +708,9 @@ def fault_main(argv: list[str]) -> str:
     elif args.command == "nvlink-down":
         links = set(faults.setdefault("nvlink_down", {}).get(key, [])) | set(args.link)
         faults["nvlink_down"][key] = sorted(links)
+    elif args.command == "nvlink-errors":
+        counters = {name: getattr(args, name) for name in NVLINK_COUNTERS}
+        faults.setdefault("nvlink_errors", {}).setdefault(key, {})[str(args.link)] = counters
     elif args.command == "pcie-degraded":
         faults.setdefault("pcie_degraded", {})[key] = {"gen": args.gen, "width": args.width}
     else:

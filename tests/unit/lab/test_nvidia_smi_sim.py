@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from ansible_collections.gpuops.cluster.plugins.module_utils import nvlink
 
 SIM_PATH = Path(__file__).resolve().parents[3] / "molecule" / "lab" / "nvidia-smi" / "nvidia_smi_sim.py"
 _spec = importlib.util.spec_from_file_location("nvidia_smi_sim", SIM_PATH)
@@ -129,6 +130,11 @@ def test_ecc_and_row_remap_faults(node, capsys):
     assert gpus[1].findtext("remapped_rows/remapped_row_pending") == "Yes"
     assert gpus[6].findtext("remapped_rows/remapped_row_failure") == "Yes"
     assert gpus[0].findtext("remapped_rows/remapped_row_pending") == "No"
+    # A pending remap used a spare row (bank leaves Max); only a failure leaves a bank with none.
+    assert gpus[1].findtext("remapped_rows/row_remapper_histogram/row_remapper_histogram_partial") == "1 bank(s)"
+    assert gpus[1].findtext("remapped_rows/row_remapper_histogram/row_remapper_histogram_none") == "0 bank(s)"
+    assert gpus[6].findtext("remapped_rows/row_remapper_histogram/row_remapper_histogram_none") == "1 bank(s)"
+    assert gpus[0].findtext("remapped_rows/row_remapper_histogram/row_remapper_histogram_max") == "2560 bank(s)"
     fields = "--query-gpu=remapped_rows.pending,ecc.errors.uncorrected.volatile.total"
     assert run(capsys, fields, "--format=csv,noheader")[1].splitlines()[1] == "Yes, 2"
 
@@ -151,6 +157,37 @@ def test_nvlink_down_fault(node, capsys):
     lines = run(capsys, "nvlink", "-s")[1].splitlines()
     assert "\t Link 3: <inactive>" in lines
     assert lines.count("\t Link 3: <inactive>") == 1
+
+
+def test_nvlink_error_counters_and_their_fault(node, capsys):
+    code, healthy = run(capsys, "nvlink", "-e", "-i", "1")
+    assert code == 0
+    lines = healthy.splitlines()
+    assert lines[0].startswith("GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-")
+    assert lines[1:4] == ["\t Link 0: Replay Errors: 0", "\t Link 0: Recovery Errors: 0", "\t Link 0: CRC Errors: 0"]
+    assert len(lines) == 1 + 18 * 3
+    run(capsys, "nvlink-errors", "--gpu", "1", "--link", "4", "--replay", "7", "--crc", "2", prog="gpuops-lab-fault")
+    parsed = nvlink.parse_errors(run(capsys, "nvlink", "-e")[1])
+    assert parsed["warnings"] == []
+    counters = {(gpu["index"], link["link"]): link["counters"] for gpu in parsed["gpus"] for link in gpu["links"]}
+    assert counters[(1, 4)] == {"replay_errors": 7, "recovery_errors": 0, "crc_errors": 2}
+    assert counters[(0, 4)] == {"replay_errors": 0, "recovery_errors": 0, "crc_errors": 0}
+    assert len(counters) == 8 * 18
+
+
+def test_nvlink_status_parses_with_the_collection_parser(node, capsys):
+    run(capsys, "nvlink-down", "--gpu", "3", "--link", "17", prog="gpuops-lab-fault")
+    parsed = nvlink.parse_status(run(capsys, "nvlink", "-s")[1])
+    assert parsed["warnings"] == []
+    inactive = [(gpu["index"], link["link"]) for gpu in parsed["gpus"] for link in gpu["links"] if not link["active"]]
+    assert inactive == [(3, 17)]
+
+
+@pytest.mark.parametrize("argv", [["nvlink"], ["nvlink", "-s", "-e"], ["nvlink", "-c"]])
+def test_nvlink_rejects_what_it_does_not_simulate(node, capsys, argv):
+    code, out = run(capsys, *argv)
+    assert code == sim.EXIT_INVALID_ARGUMENT
+    assert out.startswith("Invalid combination of input arguments")
 
 
 def test_xid_appends_a_kernel_log_line(node, capsys):
