@@ -65,6 +65,19 @@ _HW_SLOWDOWN = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 _IDLE_PSTATES = ("P8", "P10", "P12")
 
 
+def _smi_bus_id(value):
+    """A kernel-log bus id in the form nvidia-smi prints (``0000:db:00`` -> ``00000000:DB:00.0``).
+
+    Used for a GPU that nvidia-smi no longer lists, so that every check (and
+    every Prometheus label) names GPUs one way. Unparsable ids are kept as they are.
+    """
+    short = normalize_bus_id(value)
+    if short is None:
+        return value
+    domain, bus, device = short.split(":")
+    return ("%08x:%s:%s.0" % (int(domain, 16), bus, device)).upper()
+
+
 def _check(name, status, detail, gpu=None, action="none", pci_bus_id=None):
     return {
         "name": name,
@@ -355,7 +368,7 @@ def _xid_checks(kernel, gpus):
             detail += " (unknown code: look it up at %s)" % info["source"]
         if gpu is None:
             detail += " (GPU not in nvidia-smi output)"
-        checks.append(_check("xid", status, detail, gpu, info["action"], pci_bus_id=bus))
+        checks.append(_check("xid", status, detail, gpu, info["action"], pci_bus_id=_smi_bus_id(bus)))
     return checks
 
 
@@ -441,6 +454,8 @@ def _nvlink_checks(status, gpus):
 def _nvlink_error_checks(errors, gpus, limit):
     checks = []
     for entry in errors["gpus"]:
+        if not entry["links"]:
+            continue  # a GPU without NVLink (PCIe cards): nothing to judge
         gpu = _match_gpu(entry, gpus)
         high = [
             "link %d %s=%d" % (link["link"], name, value)

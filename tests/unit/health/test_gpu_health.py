@@ -100,7 +100,7 @@ def test_seven_of_eight_with_xid_79(fixture_text):
     (xid79,) = [c for c in by_name(result, "xid") if "Xid 79" in c["detail"]]
     assert xid79["status"] == "fail"
     assert xid79["gpu_index"] is None
-    assert xid79["pci_bus_id"] == "0000:9a:00"
+    assert xid79["pci_bus_id"] == "00000000:9A:00.0"  # named as nvidia-smi names GPUs
     assert "not in nvidia-smi output" in xid79["detail"]
     assert result["actions"]["node"] == "reboot_node"
 
@@ -305,3 +305,20 @@ def test_every_check_has_a_known_status_and_action(fixture_text, name):
     for check in gpu_health.evaluate({"smi": smi(fixture_text, name)})["checks"]:
         assert check["status"] in gpu_health.STATUSES
         assert check["name"] in gpu_health.CHECKS
+
+
+def test_nvlink_error_counters_skip_gpus_without_nvlink(fixture_text):
+    no_links = {"gpus": [{"index": 0, "uuid": None, "name": "NVIDIA L40S", "links": []}], "warnings": []}
+    result = gpu_health.evaluate({"smi": smi(fixture_text, "l40s-1x.xml"), "nvlink_errors": no_links}, {})
+    (check,) = by_name(result, "nvlink_errors")
+    assert check["status"] == "skip"
+
+
+def test_xid_on_a_gpu_nvidia_smi_lost_names_it_like_nvidia_smi(fixture_text):
+    kernel = kernel_log.parse("[  12.5] NVRM: Xid (PCI:0000:9a:00): 79, pid=0, GPU has fallen off the bus.\n")
+    result = gpu_health.evaluate({"smi": smi(fixture_text, "h100-sxm-7of8.xml"), "kernel": kernel}, {})
+    (check,) = by_name(result, "xid")
+    assert check["status"] == "fail"
+    assert check["gpu_index"] is None
+    assert check["pci_bus_id"] == "00000000:9A:00.0"
+    assert "GPU not in nvidia-smi output" in check["detail"]
