@@ -312,7 +312,6 @@ level:
 
 import datetime
 import os
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -321,6 +320,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils import (
     gpu_health,
     infiniband,
     kernel_log,
+    managed_file,
     nccl_tests,
     nvidia_smi_xml,
     nvlink,
@@ -597,15 +597,7 @@ def write_textfile(module, path, content):
     changed = _comparable_text(before) != _comparable_text(content) or before is None
     if module.check_mode:
         return changed, before
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuops_gpu_health.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
-        os.chmod(tmp, 0o644)
-        module.atomic_move(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    managed_file.write_atomic(module, path, content)
     return changed, before
 
 

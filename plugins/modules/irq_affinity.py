@@ -145,33 +145,9 @@ container:
 """
 
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, irq_affinity
-
-
-def _read(path, default=None):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return default
-
-
-def _write(module, path, content):
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, mode=0o755)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuops-irq-")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(content)
-    os.chmod(tmp, 0o644)
-    module.atomic_move(tmp, path)
-
-
-def _under(root, path):
-    return os.path.join(root, path.lstrip("/"))
+from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, irq_affinity, managed_file
 
 
 def _skip_reason(module, root, container):
@@ -233,10 +209,12 @@ def _irqbalance(module, root, result):
     config = module.params["irqbalance_config"]
     if not config:
         config = "/etc/default/irqbalance"
-        if not os.path.exists(_under(root, config)) and os.path.exists(_under(root, "/etc/sysconfig/irqbalance")):
+        if not os.path.exists(managed_file.under(root, config)) and os.path.exists(
+            managed_file.under(root, "/etc/sysconfig/irqbalance")
+        ):
             config = "/etc/sysconfig/irqbalance"
-    path = _under(root, config)
-    before = _read(path, "")
+    path = managed_file.under(root, config)
+    before = managed_file.read_text(path, "")
     after = irq_affinity.edit_irqbalance_args(before, module.params["policy_script"])
     state["config"] = path
     if before == after:
@@ -245,7 +223,7 @@ def _irqbalance(module, root, result):
     if module._diff:
         result["diff"].append(dict(before=before, after=after, before_header=path, after_header=path))
     if not module.check_mode:
-        _write(module, path, after)
+        managed_file.write_atomic(module, path, after, create_parent=True)
     if systemctl and live_root:
         _rc, active = _systemctl(module, root, "is-active", "irqbalance.service")
         if active == "active":
@@ -292,7 +270,7 @@ def main():
     current = irq_affinity.read_affinity(root, planned["irqs"])
     diffs = irq_affinity.changes(planned["irqs"], current)
     container = container_detection.detect(module, root)
-    persist_path = _under(root, params["persist_path"])
+    persist_path = managed_file.under(root, params["persist_path"])
     result = dict(
         changed=False,
         devices=planned["devices"],
@@ -306,7 +284,7 @@ def main():
     )
     changed = False
     if params["persist"]:
-        before = _read(persist_path, "")
+        before = managed_file.read_text(persist_path, "")
         after = irq_affinity.render_persist(devices, planned["irqs"])
         if before != after:
             changed = True
@@ -314,7 +292,7 @@ def main():
                 dict(before=before, after=after, before_header=persist_path, after_header=persist_path)
             )
             if not module.check_mode:
-                _write(module, persist_path, after)
+                managed_file.write_atomic(module, persist_path, after, create_parent=True)
     reason = _skip_reason(module, root, container)
     for irq, change in diffs.items():
         if reason:
@@ -323,7 +301,7 @@ def main():
         if module.check_mode:
             result["applied_live"].append(str(irq))
             continue
-        target = _under(root, f"/proc/irq/{irq}/smp_affinity_list")
+        target = managed_file.under(root, f"/proc/irq/{irq}/smp_affinity_list")
         try:
             with open(target, "w", encoding="utf-8") as handle:
                 handle.write(change["after"] + "\n")

@@ -144,30 +144,9 @@ container:
 
 import glob
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, kernel_cmdline
-
-
-def _read(path, default=None):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return default
-
-
-def _write(module, path, content):
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, mode=0o755)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuops-grub-")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(content)
-    mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o644
-    os.chmod(tmp, mode)
-    module.atomic_move(tmp, path)
+from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, kernel_cmdline, managed_file
 
 
 def _live_reason(module, root, container):
@@ -184,7 +163,7 @@ def _live_reason(module, root, container):
 
 def _grub_default(module, root, add, remove, result, skip_reason):
     path = os.path.join(root, module.params["grub_file"].lstrip("/"))
-    before = _read(path, "")
+    before = managed_file.read_text(path, "")
     try:
         result["args_before"] = kernel_cmdline.parse_grub_default(before)
         after = kernel_cmdline.edit_grub_default(before, add, remove)
@@ -193,7 +172,7 @@ def _grub_default(module, root, add, remove, result, skip_reason):
     result["args_after"] = kernel_cmdline.parse_grub_default(after)
     dropins = {}
     for name in glob.glob(os.path.join(os.path.dirname(path), "grub.d", "*.cfg")):
-        dropins[os.path.basename(name)] = _read(name, "")
+        dropins[os.path.basename(name)] = managed_file.read_text(name, "")
     for name in kernel_cmdline.overriding_dropins(dropins):
         module.warn(f"grub.d/{name} reassigns GRUB_CMDLINE_LINUX and may override these arguments; review it")
     changed = before != after
@@ -217,7 +196,7 @@ def _grub_default(module, root, add, remove, result, skip_reason):
                 )
         result["command"] = command
         if not module.check_mode:
-            _write(module, path, after)
+            managed_file.write_atomic(module, path, after, mode=None, create_parent=True)
             if command:
                 rc, out, err = module.run_command(command, environ_update={"LC_ALL": "C"})
                 if rc != 0:
@@ -301,7 +280,7 @@ def main():
     if bootloader == "auto":
         has_bls = os.path.isdir(os.path.join(root, "boot", "loader", "entries"))
         bootloader = "grubby" if has_bls and module.get_bin_path("grubby") else "grub_default"
-    running = kernel_cmdline.parse_proc_cmdline(_read(os.path.join(root, "proc", "cmdline"), ""))
+    running = kernel_cmdline.parse_proc_cmdline(managed_file.read_text(os.path.join(root, "proc", "cmdline"), ""))
     result = dict(
         changed=False,
         bootloader=bootloader,

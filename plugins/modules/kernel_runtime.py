@@ -125,29 +125,9 @@ container:
 """
 
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, kernel_runtime
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
-
-
-def _write(module, path, content):
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, mode=0o755)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuops-tmpfiles-")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(content)
-    os.chmod(tmp, 0o644)
-    module.atomic_move(tmp, path)
+from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, kernel_runtime, managed_file
 
 
 def _skip_reason(module, root, container):
@@ -203,7 +183,7 @@ def main():
         file_changed=False,
         container=container,
     )
-    before = _read(path)
+    before = managed_file.read_text(path)
     after = kernel_runtime.render_tmpfiles(decided["persist"]) if decided["persist"] else None
     if params["persist"]:
         result["file_changed"] = before != after
@@ -211,7 +191,7 @@ def main():
             if after is None:
                 os.unlink(path)
             else:
-                _write(module, path, after)
+                managed_file.write_atomic(module, path, after, create_parent=True)
     reason = _skip_reason(module, root, container)
     for write in decided["writes"]:
         shown = f"/{write['path']}"
@@ -232,7 +212,7 @@ def main():
             )
             continue
         result["applied_live"].append(shown)
-        now = kernel_runtime.parse_selected((_read(target) or "").strip())
+        now = kernel_runtime.parse_selected((managed_file.read_text(target) or "").strip())
         if write["knob"].startswith("hugepages") and now != write["after"]:
             result["not_applied_live"].append(
                 dict(

@@ -225,10 +225,9 @@ diff:
 
 import fnmatch
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import apt_pinning, rpm_versionlock
+from ansible_collections.gpuops.cluster.plugins.module_utils import apt_pinning, managed_file, rpm_versionlock
 
 LC = {"LC_ALL": "C"}
 
@@ -257,15 +256,7 @@ def write_text(module, path, content):
     directory = os.path.dirname(path) or "."
     if not os.path.isdir(directory):
         module.fail_json(msg=f"{directory} does not exist: install apt/dnf (or set the path option) and run again")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuops-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
-        os.chmod(tmp, 0o644)
-        module.atomic_move(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    managed_file.write_atomic(module, path, content)
     module.set_mode_if_different(path, "0644", False)
 
 

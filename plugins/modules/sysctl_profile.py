@@ -147,29 +147,9 @@ container:
 """
 
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, sysctl_profile
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
-
-
-def _write(module, path, content):
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, mode=0o755)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuops-sysctl-")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(content)
-    os.chmod(tmp, 0o644)
-    module.atomic_move(tmp, path)
+from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file, sysctl_profile
 
 
 def _write_proc(root, keys, desired):
@@ -216,7 +196,7 @@ def main():
             msg=f"name {params['name']!r} must be a plain file name without .conf, such as 90-gpuops-tuning"
         )
     path = os.path.join(root, params["directory"].lstrip("/"), params["name"] + ".conf")
-    before = _read(path)
+    before = managed_file.read_text(path)
     container = container_detection.detect(module, root)
     result = dict(
         changed=False,
@@ -266,7 +246,7 @@ def main():
         result["changed"] = result["file_changed"] or bool(to_apply)
     else:
         if result["file_changed"]:
-            _write(module, path, content)
+            managed_file.write_atomic(module, path, content, create_parent=True)
         if to_apply:
             if result["command"]:
                 rc, out, err = module.run_command(result["command"], environ_update={"LC_ALL": "C"})

@@ -1,0 +1,49 @@
+"""Files the collection owns on a node: read them, and replace them atomically.
+
+Every module that writes a file (a sysctl drop-in, /etc/default/grub, an apt
+preferences file, a Prometheus textfile, ...) goes through ``write_atomic``:
+a temporary file in the same directory, the final mode set on it, then
+``AnsibleModule.atomic_move`` so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def read_text(path, default=None):
+    """The file's text, or ``default`` when it does not exist."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return default
+
+
+def under(root, path):
+    """``path`` inside another root (a chroot, or a test's fake tree): ``under('/tmp/r', '/etc/x')``."""
+    return os.path.join(root, path.lstrip("/"))
+
+
+def write_atomic(module, path, content, mode=0o644, create_parent=False):
+    """Replace ``path`` with ``content`` atomically.
+
+    ``mode=None`` keeps the mode of an existing file (0644 for a new one).
+    ``create_parent`` makes a missing parent directory (0755); without it the
+    caller is expected to have checked the directory and said what to do.
+    """
+    directory = os.path.dirname(path) or "."
+    if create_parent and not os.path.isdir(directory):
+        os.makedirs(directory, mode=0o755)
+    if mode is None:
+        mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o644
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuops-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(content)
+        os.chmod(tmp, mode)
+        module.atomic_move(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
