@@ -33,6 +33,10 @@ def load_known_variables(root: Path = COLLECTION_ROOT) -> dict[str, set[str]]:
         for entry_point in (spec.get("argument_specs") or {}).values():
             names.update((entry_point or {}).get("options") or {})
         known[f"{role}_"] = names
+    for fact in registry.get("role_facts") or []:
+        prefix = next((p for p in sorted(known, key=len, reverse=True) if fact.startswith(p)), None)
+        if prefix is not None:
+            known[prefix].add(fact)
     return known
 
 

@@ -31,6 +31,10 @@ options:
     description:
       - Exact packages to pin, as the stack resolver returns them.
       - Each becomes its own pin unless O(pins) already pins that name at the same version.
+      - When given, only these packages are held (apt) or locked (dnf); the other names of O(pins) are pinned in the
+        preferences file but not held, since C(apt-mark hold) fails on packages the repository does not have. On dnf
+        the locks are these exact packages, and the driver's module stream (O(dnf_module_stream)) covers the globs of
+        O(pins).
     type: list
     elements: dict
     default: []
@@ -303,8 +307,12 @@ def holds_text(names):
     return "".join(f"{name}\n" for name in sorted(names))
 
 
-def apt_plan(module, pins):
-    """Read the node and compute the apt files, holds and commands for the request."""
+def apt_plan(module, pins, installed=None):
+    """Read the node and compute the apt files, holds and commands for the request.
+
+    Every exact pin name is pinned in the preferences file; only the names in
+    ``installed`` (the packages option), when given, are held.
+    """
     params = module.params
     state = params["state"]
     pref_path, uu_path = params["preferences_path"], params["unattended_upgrades_path"]
@@ -336,7 +344,8 @@ def apt_plan(module, pins):
     apt_mark = module.get_bin_path("apt-mark", required=True)
     held = apt_pinning.parse_showhold(run(module, [apt_mark, "showhold"], "reading holds"))
     keep_holds = state == "present" and params["hold"]
-    plan = apt_pinning.plan_holds(apt_pinning.managed_names(pins), held, sorted(owned), keep_holds)
+    to_hold = [name for name in apt_pinning.managed_names(pins) if not installed or name in installed]
+    plan = apt_pinning.plan_holds(to_hold, held, sorted(owned), keep_holds)
 
     commands = []
     if plan["hold"]:
@@ -467,13 +476,27 @@ def main():
     if params["state"] == "present" and not (params["packages"] or params["pins"]):
         module.fail_json(msg="state=present needs packages or pins: pass the resolved stack, or use state=absent")
 
-    try:
-        pins = apt_pinning.normalize_pins(params["pins"], params["packages"])
-    except apt_pinning.PinningError as exc:
-        module.fail_json(msg=f"cannot pin the requested stack: {exc}")
-
     manager = detect_package_manager(module)
-    plan = apt_plan(module, pins) if manager == "apt" else dnf_plan(module, pins)
+    # Holds and locks go on the packages the stack installs; pins may also name
+    # packages that are not installed (apt-mark hold fails on those), or globs.
+    installed = sorted({package["name"] for package in params["packages"] or []})
+    if manager == "dnf" and installed:
+        # versionlock takes exact RPM names; the driver's module stream covers the globs.
+        pins = [
+            {
+                "component": package.get("component") or "package",
+                "names": [package["name"]],
+                "version": package["version"],
+            }
+            for package in params["packages"]
+        ]
+        plan = dnf_plan(module, pins)
+    else:
+        try:
+            pins = apt_pinning.normalize_pins(params["pins"], params["packages"])
+        except apt_pinning.PinningError as exc:
+            module.fail_json(msg=f"cannot pin the requested stack: {exc}")
+        plan = apt_plan(module, pins, installed) if manager == "apt" else dnf_plan(module, pins)
     changed_files = [change for change in plan["files"] if change["changed"]]
     commands = plan["stream_commands"] + plan["hold_commands"]
     changed = bool(changed_files or commands)

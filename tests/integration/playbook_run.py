@@ -106,6 +106,7 @@ def run_playbook(
     extravars: dict | None = None,
     check: bool = False,
     limit: str | None = None,
+    tags: str | None = None,
 ) -> PlaybookRun:
     """Run ``playbook`` (relative to the repository root or absolute) against ``inventory``."""
     envvars = {
@@ -117,7 +118,8 @@ def run_playbook(
         # ansible-playbook of the interpreter running the tests, venv activated or not.
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     }
-    cmdline = "--check" if check else None
+    options = (["--check"] if check else []) + ([f"--tags={tags}"] if tags else [])
+    cmdline = " ".join(options) or None
     private_data_dir.mkdir(parents=True, exist_ok=True)
     runner = ansible_runner.run(
         private_data_dir=str(private_data_dir),

@@ -61,3 +61,9 @@ def test_filter_rejects_bad_known():
 
     with pytest.raises(AnsibleFilterError, match=r"gpuops\.cluster\.unknown_variables"):
         unknown_filter(["gpuops_x"], known=["not", "a", "mapping"])
+
+
+def test_facts_roles_set_for_later_plays_are_known():
+    known = variable_registry.load_known_variables()
+    assert "nvidia_stack_report" in known["nvidia_stack_"]
+    assert "kernel_tuning_report" in known["kernel_tuning_"]

@@ -249,6 +249,32 @@ def test_dnf_released_removes_only_our_locks_and_keeps_the_file(run_module, node
 def test_dnf_refuses_globs_and_missing_release(run_module, node, paths):
     node.binaries = {"dnf"}
     with pytest.raises(run_module.Fail, match="exact package names"):
-        run_module(package_pin.main, dnf_args(paths, pins=[{"names": ["nvidia-*"], "version": "550.127.08-1"}]))
+        run_module(
+            package_pin.main,
+            dict(paths, package_manager="dnf", pins=[{"names": ["nvidia-*"], "version": "550.127.08-1"}]),
+        )
     with pytest.raises(run_module.Fail, match="needs the release"):
         run_module(package_pin.main, dict(paths, package_manager="dnf", packages=[{"name": "x", "version": "1.0"}]))
+
+
+def test_dnf_locks_only_the_packages_when_pins_carry_globs_and_rpm_names(run_module, node, paths):
+    """The resolver's RHEL pins name globs (kmod-nvidia-*) and mixed-case RPMs; the locks are the packages."""
+    node.binaries = {"dnf", "rpm"}
+    pins = [{"component": "driver", "names": ["kmod-nvidia-*", "nvidia-libXNVCtrl"], "version": "3:550.127.08-1.el9"}]
+    result = run_module(package_pin.main, dnf_args(paths, pins=pins))
+    assert result["held"] == ["nvidia-driver", "nvidia-fabricmanager"]
+    locked = Path(paths["versionlock_path"]).read_text()
+    assert "kmod-nvidia" not in locked
+    assert "nvidia-libXNVCtrl" not in locked
+
+
+def test_apt_holds_only_the_installed_packages_but_pins_every_name(run_module, node, paths):
+    """apt-mark hold fails on names the repository lacks: pins name them, holds do not."""
+    pins = [{"component": "driver", "names": ["nvidia-driver", "nvidia-settings"], "version": "550.127.08-1"}]
+    packages = [{"name": "nvidia-driver", "version": "550.127.08-1", "component": "driver"}]
+    result = run_module(package_pin.main, dict(paths, package_manager="apt", pins=pins, packages=packages))
+    assert result["held"] == ["nvidia-driver"]
+    preferences = Path(paths["preferences_path"]).read_text()
+    assert "nvidia-settings" in preferences
+    assert ["/usr/bin/apt-mark", "hold", "nvidia-driver"] in node.calls
+    assert node.held == {"nvidia-driver"}

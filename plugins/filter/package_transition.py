@@ -1,0 +1,24 @@
+# Copyright (c) gpuops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Filters over moving a node between NVIDIA stacks (docs: superseded_packages.yml)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.module_utils import package_transition
+
+
+def superseded_packages(installed, requested):
+    """Installed package names that the requested stack supersedes (see module_utils/package_transition.py)."""
+    try:
+        return package_transition.superseded_packages(installed, requested)
+    except package_transition.TransitionError as exc:
+        raise AnsibleFilterError(f"gpuops.cluster.superseded_packages: {exc}") from exc
+
+
+class FilterModule:
+    """gpuops.cluster package transition filters."""
+
+    def filters(self):
+        return {"superseded_packages": superseded_packages}
