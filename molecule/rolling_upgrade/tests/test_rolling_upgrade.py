@@ -1,0 +1,352 @@
+"""playbooks/rolling_upgrade.yml on the lab with a real Slurm 22.05 (molecule verify).
+
+The scenario converged four L40S lab nodes (ru-gpu1 the canary) on driver 550.127.05 with slurmd,
+and a controller ru-ctl. The cases run in file order, each on the state the one before left:
+
+1. healthy rollout to 550.127.08 with a real job on the canary and ru-gpu3 drained by someone else:
+   canary first, no more than max_unavailable nodes out at once, every node on the new packages,
+   resumed, the job completed, the foreign drain and its reason kept;
+2. unhealthy canary on the way to the R580 branch (580.65.06): a fault injected through the
+   simulator's ``gpuops-lab-fault`` right after the canary's packages change (an apt hook keyed to
+   the driver version) fails its gate: the run halts, the canary stays drained with a reason naming
+   the run, no other node is touched;
+3. abort mid-run, then re-run (to 580.65.06, waves of one): the canary's fault is cleared and the
+   next run finishes its pending upgrade from case 2 first; then a job outlasting the drain timeout
+   on ru-gpu3 halts the run there with its upgrade pending (ru-gpu2 done, ru-gpu4 not reached);
+   once the job is gone the re-run finishes ru-gpu3 and ru-gpu4 without touching the canary or
+   ru-gpu2 again.
+
+Not here: a later-wave failure with ``gpuops_upgrade_on_failure: rollback``. A rollback is a
+downgrade, and the stack role cannot downgrade over its own pins (see the scenario's report).
+
+Every run goes through tests/integration/playbook_run.run_playbook (ansible-runner) with the
+scenario's inventory; assertions read the run's events, its audit report and the nodes (dpkg-query,
+sinfo --json, scontrol). Nothing asserts on durations; wall times, module calls per node and the
+time from the canary's failed gate to the halt are written to ``.lab/rolling_upgrade_measures.json``
+for the issue's note.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from tests.integration.playbook_run import PlaybookRun, run_playbook
+
+with open(os.environ["MOLECULE_INVENTORY_FILE"], encoding="utf-8") as _handle:
+    _INVENTORY = yaml.safe_load(_handle)
+INVENTORY_DIR = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
+NODES = sorted(_INVENTORY["gpu_nodes"]["hosts"])
+CANARY = sorted(_INVENTORY["canary"]["hosts"])[0]
+CONTROLLER = sorted(_INVENTORY["slurm_controller"]["hosts"])[0]
+# in the lab's git-ignored state folder: molecule's ephemeral folder goes with `destroy`
+MEASURES = REPO / ".lab" / "rolling_upgrade_measures.json"
+
+OLD, NEW, BRANCH = "550.127.05", "550.127.08", "580.65.06"
+STACK = {
+    OLD: {"driver": OLD, "cuda": "12.4", "nccl": "2.21.5"},
+    NEW: {"driver": NEW, "cuda": "12.4", "nccl": "2.21.5"},
+    BRANCH: {"driver": BRANCH, "cuda": "13.0", "nccl": "2.27.7"},
+}
+DRIVER_PACKAGES = ["nvidia-driver", "libnvidia-ml1", "nvidia-smi", "libcuda1"]
+DRAIN = "Drain the node in Slurm and wait for its jobs"
+SURVEY_DECISION = "Decide whether the node is upgraded, skipped or left out"
+PLAY = "Upgrade wave by wave"
+FOREIGN_NODE = NODES[2]
+FOREIGN_REASON = "LAB-42 fan replacement, do not resume"
+FAULT_HOOK = "/etc/apt/apt.conf.d/99gpuops-lab-fault"
+# After every dpkg run: an uncorrectable ECC error on GPU 0 while the faulty driver is installed,
+# no fault otherwise (so a rollback to the other driver gates clean).
+FAULT_HOOK_TEXT = (
+    'DPkg::Post-Invoke {"if grep -qF %s /usr/share/gpuops-lab/driver.json; '
+    'then gpuops-lab-fault ecc --gpu 0 >/dev/null; else gpuops-lab-fault clear >/dev/null; fi || true";};\n'
+)
+
+
+def sh(node: str, *argv: str, check: bool = True) -> str:
+    done = subprocess.run(["podman", "exec", node, *argv], capture_output=True, text=True, check=False)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{node}: {' '.join(argv)} exited {done.returncode}: {done.stderr}")
+    return done.stdout
+
+
+def installed(node: str) -> dict[str, str]:
+    fmt = "${Package} ${Version} ${db:Status-Abbrev}\\n"
+    out = sh(node, "dpkg-query", "-W", "-f", fmt, *DRIVER_PACKAGES, check=False)
+    rows = [line.split() for line in out.splitlines()]
+    return {row[0]: row[1] for row in rows if len(row) == 3 and row[2][1:2] == "i"}  # ii or hi (held)
+
+
+def slurm_nodes() -> dict[str, dict]:
+    data = json.loads(sh(CONTROLLER, "sinfo", "--json"))
+    return {n["name"]: n for n in data["nodes"]}
+
+
+def drained(node: dict) -> bool:
+    return "DRAIN" in [flag.upper() for flag in node.get("state_flags") or []]
+
+
+def wait_for(what, predicate, timeout: float = 120.0):
+    """Poll until ``predicate()`` is truthy (a state wait, never an assertion on time)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            assert value, f"still waiting for {what}"
+            return value
+        time.sleep(2)
+
+
+def submit_job(node: str, seconds: int) -> str:
+    job = sh(CONTROLLER, "sbatch", "--parsable", f"--nodelist={node}", "--wrap", f"sleep {seconds}").strip()
+    wait_for(f"job {job} running", lambda: sh(CONTROLLER, "squeue", "-h", "-j", job, "-o", "%T").strip() == "RUNNING")
+    return job
+
+
+def job_state(job: str) -> str:
+    out = sh(CONTROLLER, "scontrol", "show", "job", job)
+    return out.split("JobState=", 1)[1].split()[0]
+
+
+def upgrade(workdir: Path, name: str, target: str, **settings) -> tuple[PlaybookRun, dict, float]:
+    report = workdir / f"{name}.json"
+    extravars = {
+        "gpuops_stack": STACK[target],
+        "gpuops_upgrade_report_path": str(report),
+        "gpuops_upgrade_run_id": f"{name}-{datetime.datetime.now(datetime.timezone.utc):%H%M%S}",
+        **settings,
+    }
+    start = time.monotonic()
+    run = run_playbook("rolling_upgrade.yml", INVENTORY_DIR, workdir / name, extravars=extravars)
+    wall = round(time.monotonic() - start, 1)
+    audit = json.loads(report.read_text()) if report.exists() else {}
+    return run, audit, wall
+
+
+def touched(run: PlaybookRun) -> dict[str, int]:
+    """Per node: the upgrade play's task results that ran (not skipped): the module calls on it."""
+    counts: dict[str, int] = {}
+    for result in run.results_for(play=PLAY):
+        if result.event != "runner_on_skipped":
+            counts[result.host] = counts.get(result.host, 0) + 1
+    return counts
+
+
+def record(key: str, value) -> None:
+    measures = json.loads(MEASURES.read_text()) if MEASURES.exists() else {}
+    measures[key] = value
+    MEASURES.write_text(json.dumps(measures, indent=2, sort_keys=True) + "\n")
+
+
+def event_time(run: PlaybookRun, task: str, host: str) -> datetime.datetime:
+    for event in run.events:
+        data = event.get("event_data", {})
+        if event.get("event", "").startswith("runner_on_") and data.get("task") == task and data.get("host") == host:
+            return datetime.datetime.fromisoformat(event["created"])
+    raise AssertionError(f"no result of {task!r} on {host}")
+
+
+@pytest.fixture(scope="module", name="workdir")
+def fixture_workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("rolling_upgrade")
+
+
+@pytest.fixture(scope="module", name="healthy")
+def fixture_healthy(workdir):
+    """Case 1 (and the foreign drain): one healthy rollout OLD -> NEW, waves [canary, 1, 2]."""
+    assert all(installed(node)["nvidia-driver"].startswith(OLD) for node in NODES), "converge must leave OLD"
+    sh(CONTROLLER, "scontrol", "update", f"nodename={FOREIGN_NODE}", "state=drain", f"reason={FOREIGN_REASON}")
+    # Long enough to outlast validation and survey on a busy 2-core host: the drain must wait for it.
+    job = submit_job(CANARY, 90)
+    run, audit, wall = upgrade(workdir, "healthy", NEW, gpuops_upgrade_waves=[1, 2], gpuops_upgrade_max_unavailable=2)
+    state = {"job": job, "job_state": job_state(job), "slurm": slurm_nodes()}
+    state["installed"] = {n: installed(n) for n in NODES}
+    record("healthy_rollout_waves_1_2_wall_s", wall)
+    record("module_calls_per_node_healthy", touched(run))
+    # its owner is done with it: back in service for the next cases
+    sh(CONTROLLER, "scontrol", "update", f"nodename={FOREIGN_NODE}", "state=resume", check=False)
+    return run, audit, state
+
+
+def test_healthy_rollout_completes(healthy):
+    run, audit, _ = healthy
+    assert run.rc == 0, run.stdout[-4000:]
+    assert audit["result"] == "completed"
+    assert {node["host"]: node["status"] for node in audit["nodes"]} == dict.fromkeys(NODES, "upgraded")
+
+
+def test_canary_goes_first_alone(healthy):
+    run, audit, _ = healthy
+    assert audit["plan"]["waves"][0] == {"canary": True, "hosts": [CANARY], "index": 0, "name": "canary"}
+    order = [r.host for r in run.results_for(play=PLAY, task=DRAIN)]
+    assert order[0] == CANARY
+    assert sorted(order) == NODES
+    canary_done = event_time(run, "Record the node as upgraded", CANARY)
+    for node in NODES[1:]:
+        assert event_time(run, DRAIN, node) > canary_done
+
+
+def test_no_more_than_max_unavailable_out_at_once(healthy):
+    _, audit, _ = healthy
+    assert audit["plan"]["batch_sizes"] == [1, 1, 2]
+    assert all(len(wave["hosts"]) <= 2 for wave in audit["plan"]["waves"])
+    # out of service from the drain to the end of the node's part, as the nodes recorded it
+    spans = [(node["timings"]["drain_started"], node["timings"]["finished"]) for node in audit["nodes"]]
+    for start, _ in spans:
+        assert sum(1 for s, f in spans if s <= start <= f) <= 2
+
+
+def test_every_node_on_the_new_stack_and_loaded(healthy):
+    _, audit, state = healthy
+    for node in NODES:
+        assert {p: v.split("-")[0] for p, v in state["installed"][node].items()} == dict.fromkeys(DRIVER_PACKAGES, NEW)
+        assert NEW in sh(node, "cat", "/run/gpuops-lab/nvidia-version")
+    assert {node["host"]: node["after"]["loaded_version"] for node in audit["nodes"]} == dict.fromkeys(NODES, NEW)
+
+
+def test_the_canary_drain_waited_for_the_job_which_completed(healthy):
+    run, _, state = healthy
+    drain = run.results_for(play=PLAY, task=DRAIN, host=CANARY)[0].result
+    assert drain["action"] == "drain"
+    assert drain["ours"]
+    assert drain["waited"] > 0, "the job was running when the drain started: the module must have waited"
+    assert not drain["timed_out"]
+    assert state["job_state"] == "COMPLETED"
+
+
+def test_nodes_resumed_and_the_foreign_drain_kept(healthy):
+    run, audit, state = healthy
+    for name in NODES:
+        node = state["slurm"][name]
+        if name == FOREIGN_NODE:
+            assert drained(node)
+            assert node["reason"] == FOREIGN_REASON
+        else:
+            assert not drained(node), node
+            assert node["state"].lower() in {"idle", "mixed", "allocated"}, node
+    record_ = next(node for node in audit["nodes"] if node["host"] == FOREIGN_NODE)
+    assert record_["drain"]["ours"] is False
+    assert record_["drain"]["pre_existing"] is True
+    resumed = run.results_for(play=PLAY, task="Resume the node in Slurm (only a drain of ours)", host=FOREIGN_NODE)
+    assert [r.event for r in resumed] == ["runner_on_skipped"]
+
+
+@pytest.fixture(scope="module", name="unhealthy_canary")
+def fixture_unhealthy_canary(workdir, healthy):
+    """Case 2: to the R580 branch; the canary's gate fails on an ECC fault injected after its packages change."""
+    assert healthy[0].rc == 0
+    sh(CANARY, "sh", "-c", f"printf '%s' {shell_quote(FAULT_HOOK_TEXT % BRANCH)} > {FAULT_HOOK}")
+    before = {n: installed(n) for n in NODES}
+    try:
+        run, audit, wall = upgrade(
+            workdir, "canary_fault", BRANCH, gpuops_upgrade_waves=[1, 2], gpuops_upgrade_max_unavailable=2
+        )
+        state = {"before": before, "after": {n: installed(n) for n in NODES}, "slurm": slurm_nodes()}
+    finally:
+        sh(CANARY, "rm", "-f", FAULT_HOOK)
+        sh(CANARY, "gpuops-lab-fault", "clear")
+    record("canary_fault_run_wall_s", wall)
+    gate = event_time(run, "Health gate", CANARY)
+    halt = event_time(run, "Fail the run when it halted", "localhost")
+    record("canary_failed_gate_to_halt_s", round((halt - gate).total_seconds(), 2))
+    return run, audit, state
+
+
+def shell_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def test_unhealthy_canary_halts_the_run(unhealthy_canary):
+    run, audit, _ = unhealthy_canary
+    assert run.rc != 0
+    assert audit["result"] == "halted"
+    assert audit["halted_by"]["host"] == CANARY
+    assert "health gate" in audit["halted_by"]["reason"]
+    assert "ecc" in audit["halted_by"]["reason"].lower()
+
+
+def test_no_other_node_touched_after_the_canary_failed(unhealthy_canary):
+    run, _, state = unhealthy_canary
+    assert set(touched(run)) == {CANARY}
+    for node in NODES:
+        if node != CANARY:
+            assert state["after"][node] == state["before"][node]
+            assert not drained(state["slurm"][node])
+    assert state["after"][CANARY]["nvidia-driver"].startswith(BRANCH)
+
+
+def test_failed_canary_stays_drained_with_the_run_in_its_reason(unhealthy_canary):
+    _, audit, state = unhealthy_canary
+    node = state["slurm"][CANARY]
+    assert drained(node)
+    assert node["reason"].startswith(f"gpuops-upgrade[{audit['run_id']}]: failed")
+
+
+@pytest.fixture(scope="module", name="aborted")
+def fixture_aborted(workdir, unhealthy_canary):
+    """Case 3: waves of one to the R580 branch; a job outlasting the drain timeout halts at ru-gpu3."""
+    assert unhealthy_canary[1]["result"] == "halted"
+    # the canary's operator cleared its fault (fixture above) and returns it to service
+    sh(CONTROLLER, "scontrol", "update", f"nodename={CANARY}", "state=resume")
+    wait_for(f"{CANARY} back in service", lambda: not drained(slurm_nodes()[CANARY]))
+    blocked = NODES[2]
+    job = submit_job(blocked, 3600)
+    settings = {
+        "gpuops_upgrade_waves": [1],
+        "gpuops_upgrade_max_unavailable": 1,
+        "gpuops_upgrade_drain_timeout": 10,
+        "gpuops_upgrade_on_drain_timeout": "halt",
+    }
+    first, first_audit, _ = upgrade(workdir, "aborted", BRANCH, **settings)
+    state = {"slurm": slurm_nodes(), "installed": {n: installed(n) for n in NODES}}
+    sh(CONTROLLER, "scancel", job)
+    wait_for(f"job {job} gone from {blocked}", lambda: slurm_nodes()[blocked]["state"].lower() != "allocated")
+    rerun, rerun_audit, wall = upgrade(workdir, "rerun", BRANCH, **settings)
+    record("rerun_waves_of_1_wall_s", wall)
+    record("module_calls_per_node_rerun", touched(rerun))
+    after = {"slurm": slurm_nodes(), "installed": {n: installed(n) for n in NODES}}
+    return blocked, (first, first_audit, state), (rerun, rerun_audit, after)
+
+
+def test_abort_leaves_the_blocked_node_drained_and_pending(aborted):
+    blocked, (run, audit, state), _ = aborted
+    assert run.rc != 0
+    assert audit["halted_by"]["host"] == blocked
+    assert audit["halted_by"]["status"] == "drain_timeout"
+    statuses = {node["host"]: node["status"] for node in audit["nodes"]}
+    # the canary's upgrade of case 2 was pending (it failed its gate): this run finished it first
+    assert statuses == {CANARY: "upgraded", NODES[1]: "upgraded", blocked: "drain_timeout", NODES[3]: "not_reached"}
+    decision = run.results_for(play="Survey the fleet before the rolling upgrade", task=SURVEY_DECISION, host=CANARY)
+    assert decision[0].result["ansible_facts"]["gpuops_upgrade_decision"]["reason"].startswith("resume: ")
+    assert state["installed"][CANARY]["nvidia-driver"].startswith(BRANCH)
+    assert state["installed"][NODES[1]]["nvidia-driver"].startswith(BRANCH)
+    assert state["installed"][blocked]["nvidia-driver"].startswith(NEW)
+    assert NODES[3] not in touched(run)
+    assert state["installed"][NODES[3]]["nvidia-driver"].startswith(NEW)
+    node = state["slurm"][blocked]
+    assert drained(node)
+    assert node["reason"].startswith(f"gpuops-upgrade[{audit['run_id']}]: jobs still running")
+
+
+def test_rerun_finishes_without_touching_finished_nodes(aborted):
+    blocked, _, (run, audit, after) = aborted
+    assert run.rc == 0, run.stdout[-4000:]
+    assert audit["result"] == "completed"
+    statuses = {node["host"]: node["status"] for node in audit["nodes"]}
+    assert statuses == {CANARY: "skipped", NODES[1]: "skipped", blocked: "upgraded", NODES[3]: "upgraded"}
+    assert set(touched(run)) == {blocked, NODES[3]}
+    assert [r.host for r in run.results_for(play=PLAY, task=DRAIN)] == [blocked, NODES[3]]
+    for name in NODES:
+        assert after["installed"][name]["nvidia-driver"].startswith(BRANCH)
+        assert not drained(after["slurm"][name]), after["slurm"][name]
