@@ -96,6 +96,14 @@ def test_changed_request_moved_exactly_the_resolved_packages(host, report):
         assert after[name] == before[name], f"{name} moved although it is not in the new stack"
 
 
+def test_a_downgrade_returns_to_exactly_the_older_release(host):
+    """550.127.08 -> 550.127.05 through the role, past its own pins and holds."""
+    if name_of(host) != "ns-l40s":
+        pytest.skip("the downgrade runs on ns-l40s")
+    assert snapshot(host, "downgraded") == snapshot(host, "converged")
+    assert snapshot(host, "downgraded") != snapshot(host, "upgraded")
+
+
 def test_branch_change_replaced_the_old_branch_packages(host, report):
     if name_of(host) != "ns-h100":
         pytest.skip("only ns-h100 changes branch (R550 -> R580)")
