@@ -11,7 +11,7 @@ The node is healthy when no check fails. ``actions`` holds the strongest
 recommended action per GPU and for the node (see ``xid_catalog.ACTIONS``).
 :func:`render_prometheus` turns a result into a node_exporter textfile.
 
-Thresholds follow /work/shared/reference/nvidia-stack-facts.md ("Health signals").
+Thresholds follow the team reference page shared/reference/nvidia-stack-facts.md ("Health signals").
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ Each row keeps NVIDIA's "Resolution Bucket (Immediate Action)" in ``bucket``;
 ``warning`` warns (application faults such as 13 and 31 are warnings: the
 job, not the node, is at fault), ``info`` passes. Azure's health checks fail
 a node on 48 56 57 58 62 63 64 65 68 69 73 74 79 80 81 92 119 120
-(/work/shared/reference/nvidia-stack-facts.md); where NVIDIA's bucket is
+(the team reference page shared/reference/nvidia-stack-facts.md); where NVIDIA's bucket is
 milder (68 69 80: RESTART_APP; 63 92: IGNORE) the action follows NVIDIA, and
 63 and 92 warn rather than pass. A pending or failed row remap is judged
 from nvidia-smi by the ``row_remap`` check, not from Xid 63/64 alone.
