@@ -180,14 +180,14 @@ def fixture_healthy(workdir):
 
 
 def test_healthy_rollout_completes(healthy):
-    run, audit, _ = healthy
+    run, audit, _unused = healthy
     assert run.rc == 0, run.stdout[-4000:]
     assert audit["result"] == "completed"
     assert {node["host"]: node["status"] for node in audit["nodes"]} == dict.fromkeys(NODES, "upgraded")
 
 
 def test_canary_goes_first_alone(healthy):
-    run, audit, _ = healthy
+    run, audit, _unused = healthy
     assert audit["plan"]["waves"][0] == {"canary": True, "hosts": [CANARY], "index": 0, "name": "canary"}
     order = [r.host for r in run.results_for(play=PLAY, task=DRAIN)]
     assert order[0] == CANARY
@@ -198,17 +198,17 @@ def test_canary_goes_first_alone(healthy):
 
 
 def test_no_more_than_max_unavailable_out_at_once(healthy):
-    _, audit, _ = healthy
+    _unused, audit, _unused = healthy
     assert audit["plan"]["batch_sizes"] == [1, 1, 2]
     assert all(len(wave["hosts"]) <= 2 for wave in audit["plan"]["waves"])
     # out of service from the drain to the end of the node's part, as the nodes recorded it
     spans = [(node["timings"]["drain_started"], node["timings"]["finished"]) for node in audit["nodes"]]
-    for start, _ in spans:
+    for start, _unused in spans:
         assert sum(1 for s, f in spans if s <= start <= f) <= 2
 
 
 def test_every_node_on_the_new_stack_and_loaded(healthy):
-    _, audit, state = healthy
+    _unused, audit, state = healthy
     for node in NODES:
         assert {p: v.split("-")[0] for p, v in state["installed"][node].items()} == dict.fromkeys(DRIVER_PACKAGES, NEW)
         assert NEW in sh(node, "cat", "/run/gpuops-lab/nvidia-version")
@@ -216,7 +216,7 @@ def test_every_node_on_the_new_stack_and_loaded(healthy):
 
 
 def test_the_canary_drain_waited_for_the_job_which_completed(healthy):
-    run, _, state = healthy
+    run, _unused, state = healthy
     drain = run.results_for(play=PLAY, task=DRAIN, host=CANARY)[0].result
     assert drain["action"] == "drain"
     assert drain["ours"]
@@ -268,7 +268,7 @@ def shell_quote(text: str) -> str:
 
 
 def test_unhealthy_canary_halts_the_run(unhealthy_canary):
-    run, audit, _ = unhealthy_canary
+    run, audit, _unused = unhealthy_canary
     assert run.rc != 0
     assert audit["result"] == "halted"
     assert audit["halted_by"]["host"] == CANARY
@@ -277,7 +277,7 @@ def test_unhealthy_canary_halts_the_run(unhealthy_canary):
 
 
 def test_no_other_node_touched_after_the_canary_failed(unhealthy_canary):
-    run, _, state = unhealthy_canary
+    run, _unused, state = unhealthy_canary
     assert set(touched(run)) == {CANARY}
     for node in NODES:
         if node != CANARY:
@@ -287,7 +287,7 @@ def test_no_other_node_touched_after_the_canary_failed(unhealthy_canary):
 
 
 def test_failed_canary_stays_drained_with_the_run_in_its_reason(unhealthy_canary):
-    _, audit, state = unhealthy_canary
+    _unused, audit, state = unhealthy_canary
     node = state["slurm"][CANARY]
     assert drained(node)
     assert node["reason"].startswith(f"gpuops-upgrade[{audit['run_id']}]: failed")
@@ -308,7 +308,7 @@ def fixture_aborted(workdir, unhealthy_canary):
         "gpuops_upgrade_drain_timeout": 10,
         "gpuops_upgrade_on_drain_timeout": "halt",
     }
-    first, first_audit, _ = upgrade(workdir, "aborted", BRANCH, **settings)
+    first, first_audit, _unused = upgrade(workdir, "aborted", BRANCH, **settings)
     state = {"slurm": slurm_nodes(), "installed": {n: installed(n) for n in NODES}}
     sh(CONTROLLER, "scancel", job)
     wait_for(f"job {job} gone from {blocked}", lambda: slurm_nodes()[blocked]["state"].lower() != "allocated")
@@ -320,7 +320,7 @@ def fixture_aborted(workdir, unhealthy_canary):
 
 
 def test_abort_leaves_the_blocked_node_drained_and_pending(aborted):
-    blocked, (run, audit, state), _ = aborted
+    blocked, (run, audit, state), _unused = aborted
     assert run.rc != 0
     assert audit["halted_by"]["host"] == blocked
     assert audit["halted_by"]["status"] == "drain_timeout"
@@ -340,7 +340,7 @@ def test_abort_leaves_the_blocked_node_drained_and_pending(aborted):
 
 
 def test_rerun_finishes_without_touching_finished_nodes(aborted):
-    blocked, _, (run, audit, after) = aborted
+    blocked, _unused, (run, audit, after) = aborted
     assert run.rc == 0, run.stdout[-4000:]
     assert audit["result"] == "completed"
     statuses = {node["host"]: node["status"] for node in audit["nodes"]}
