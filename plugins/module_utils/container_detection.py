@@ -66,6 +66,21 @@ def should_apply_live(apply_live: str, container) -> bool:
     return container is None
 
 
+def skip_live_reason(apply_live: str, root: str, container):
+    """Why a host-global knob must not be written live, or None when it may be.
+
+    ``never`` never writes; ``auto`` writes only on the running system (root ``/``)
+    and outside a container; ``always`` writes even in a container.
+    """
+    if apply_live == "never":
+        return "apply_live is never"
+    if apply_live == "auto" and not is_running_system(root):
+        return f"root is {root}, not the running system"
+    if not should_apply_live(apply_live, container):
+        return f"in a container ({container})"
+    return None
+
+
 def detect(module, root: str):
     """Detect from a running module: markers under root, then systemd-detect-virt when root is /."""
     found = decide(read_markers(root))

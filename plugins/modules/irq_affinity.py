@@ -150,17 +150,6 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, irq_affinity, managed_file
 
 
-def _skip_reason(module, root, container):
-    apply_live = module.params["apply_live"]
-    if apply_live == "never":
-        return "apply_live is never"
-    if apply_live == "auto" and not container_detection.is_running_system(root):
-        return f"root is {root}, not the running system"
-    if not container_detection.should_apply_live(apply_live, container):
-        return f"in a container ({container})"
-    return None
-
-
 def _systemctl(module, root, *args):
     systemctl = module.get_bin_path("systemctl")
     if not systemctl:
@@ -293,7 +282,7 @@ def main():
             )
             if not module.check_mode:
                 managed_file.write_atomic(module, persist_path, after, create_parent=True)
-    reason = _skip_reason(module, root, container)
+    reason = container_detection.skip_live_reason(module.params["apply_live"], root, container)
     for irq, change in diffs.items():
         if reason:
             result["not_applied_live"].append(dict(name=f"irq {irq}", reason=reason))

@@ -130,17 +130,6 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, kernel_runtime, managed_file
 
 
-def _skip_reason(module, root, container):
-    apply_live = module.params["apply_live"]
-    if apply_live == "never":
-        return "apply_live is never"
-    if apply_live == "auto" and not container_detection.is_running_system(root):
-        return f"root is {root}, not the running system"
-    if not container_detection.should_apply_live(apply_live, container):
-        return f"in a container ({container})"
-    return None
-
-
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -192,7 +181,7 @@ def main():
                 os.unlink(path)
             else:
                 managed_file.write_atomic(module, path, after, create_parent=True)
-    reason = _skip_reason(module, root, container)
+    reason = container_detection.skip_live_reason(module.params["apply_live"], root, container)
     for write in decided["writes"]:
         shown = f"/{write['path']}"
         if reason:

@@ -47,3 +47,17 @@ def test_detect_skips_systemd_detect_virt_for_a_tree(tmp_path):
             raise AssertionError("must not look for systemd-detect-virt under a test root")
 
     assert cd.detect(Module(), str(tmp_path)) is None
+
+
+@pytest.mark.parametrize(
+    ("apply_live", "root", "container", "reason"),
+    [
+        ("never", "/", None, "apply_live is never"),
+        ("auto", "/tmp/tree", None, "root is /tmp/tree, not the running system"),
+        ("auto", "/", "podman", "in a container (podman)"),
+        ("auto", "/", None, None),
+        ("always", "/", "podman", None),
+    ],
+)
+def test_skip_live_reason(apply_live, root, container, reason):
+    assert cd.skip_live_reason(apply_live, root, container) == reason
