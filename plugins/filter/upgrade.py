@@ -3,13 +3,20 @@
 """Filters of the rolling upgrade (playbooks/rolling_upgrade.yml).
 
 Documentation for each filter lives in the sidecar YAML next to this file
-(upgrade_waves.yml, upgrade_decision.yml, upgrade_stack_fact.yml, upgrade_report.yml).
+(upgrade_waves.yml, upgrade_decision.yml, upgrade_stack_fact.yml, upgrade_report.yml,
+upgrade_settings_findings.yml, kubernetes_node_state.yml, kubernetes_blocking_pods.yml,
+upgrade_drain_record.yml).
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils import upgrade_record, wave_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils import (
+    kubernetes_node,
+    upgrade_record,
+    upgrade_settings,
+    wave_plan,
+)
 
 PREFIX = "gpuops.cluster."
 
@@ -59,6 +66,41 @@ def upgrade_report(records, run_id, plan, started_at, finished_at, settings=None
     return audit
 
 
+def upgrade_settings_findings(settings, run=None, hosts=None):
+    """``{problems, warnings}`` of one node's upgrade settings, in the form validation_report reads."""
+    if not isinstance(settings, dict):
+        raise AnsibleFilterError("%supgrade_settings_findings: input must be a dict of settings" % PREFIX)
+    if run is not None and not isinstance(run, dict):
+        raise AnsibleFilterError("%supgrade_settings_findings: run must be a dict of the run's settings" % PREFIX)
+    return {"problems": upgrade_settings.problems(settings, run, list(hosts or [])), "warnings": []}
+
+
+def upgrade_drain_record(adapter, slurm=None, k8s_node=None, k8s_drain=None, k8s_pods=None, node_name=None):
+    """The ``drain`` entry of a node's record from what its drain adapter returned."""
+    try:
+        return upgrade_record.drain_record(adapter, slurm, k8s_node, k8s_drain, k8s_pods, node_name)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("%supgrade_drain_record: %s" % (PREFIX, exc)) from exc
+
+
+def kubernetes_node_state(node):
+    """``{name, cordoned, taints, ready}`` of a v1 Node (``resources[0]`` of kubernetes.core.k8s_info)."""
+    try:
+        return kubernetes_node.cordon_state(node)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("%skubernetes_node_state: %s" % (PREFIX, exc)) from exc
+
+
+def kubernetes_blocking_pods(pods, node_name):
+    """Pods on ``node_name`` a drain must evict (not DaemonSet, mirror or finished pods)."""
+    if not isinstance(pods, (dict, list)):
+        raise AnsibleFilterError("%skubernetes_blocking_pods: expected a PodList or a list of pods" % PREFIX)
+    try:
+        return kubernetes_node.blocking_pods(pods, node_name)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("%skubernetes_blocking_pods: %s" % (PREFIX, exc)) from exc
+
+
 class FilterModule:
     """gpuops.cluster rolling-upgrade filters."""
 
@@ -68,4 +110,8 @@ class FilterModule:
             "upgrade_decision": upgrade_decision,
             "upgrade_stack_fact": upgrade_stack_fact,
             "upgrade_report": upgrade_report,
+            "upgrade_settings_findings": upgrade_settings_findings,
+            "upgrade_drain_record": upgrade_drain_record,
+            "kubernetes_node_state": kubernetes_node_state,
+            "kubernetes_blocking_pods": kubernetes_blocking_pods,
         }

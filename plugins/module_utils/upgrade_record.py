@@ -18,6 +18,8 @@ No I/O here: the playbook reads and writes the file, these functions compute its
 
 from __future__ import annotations
 
+from ansible_collections.gpuops.cluster.plugins.module_utils import kubernetes_node
+
 SCHEMA = 1
 HISTORY_LENGTH = 10
 NODE_STATUSES = (
@@ -26,7 +28,7 @@ NODE_STATUSES = (
     "upgraded",  # on the target stack, gated, back in service (or kept drained for its other owner)
     "drain_timeout",  # jobs still running when the drain timed out: left drained, not upgraded
     "failed",  # a gate or a step failed: left drained
-    "rolled_back",  # failed, then back on the previous stack and gated: left drained for a look
+    "rolled_back",  # failed, then back on the previous stack, gated and back in service
     "rollback_failed",  # failed, and the rollback failed too: left drained
     "not_reached",  # planned, but the run halted before its wave
 )
@@ -139,6 +141,58 @@ def decide(stack_facts: dict, health: dict, fact=None) -> dict:
     if on_target(stack_facts):
         return {"decision": "skip", "reason": "already on the target stack and healthy"}
     return {"decision": "upgrade", "reason": "stack differs from the target"}
+
+
+def drain_record(adapter: str, slurm=None, k8s_node=None, k8s_drain=None, k8s_pods=None, node_name=None) -> dict:
+    """The ``drain`` entry of a node's record from what its drain adapter returned.
+
+    * ``slurm``: the registered result of ``gpuops.cluster.slurm_drain``.
+    * ``kubernetes``: ``k8s_node``, ``kubernetes.core.k8s_info`` of the Node read before the
+      drain (was it cordoned already?); ``k8s_drain``, the result of ``k8s_drain``; and
+      ``k8s_pods``, ``k8s_info`` of the node's pods, read when the drain failed.
+    * ``none``: nothing is drained.
+
+    ``ours`` says whether the upgrade may undo the drain afterwards: a node drained or
+    cordoned by someone else before the run stays that way.
+    """
+    if adapter == "slurm":
+        result = slurm or {}
+        if "ours" not in result:
+            why = result.get("msg") or "the drain did not run"
+            raise ValueError("no result of gpuops.cluster.slurm_drain: %s" % why)
+        return {
+            "adapter": "slurm",
+            "ours": bool(result["ours"]),
+            "pre_existing": bool(result.get("pre_existing")),
+            "timed_out": bool(result.get("timed_out")),
+            "reason": (result.get("node") or {}).get("reason"),
+            "waited": result.get("waited"),
+        }
+    if adapter == "kubernetes":
+        resources = (k8s_node or {}).get("resources") or []
+        if not resources:
+            raise ValueError(
+                "Kubernetes node %r not found (%s): set gpuops_upgrade_kubernetes_node_name to its name in the cluster"
+                % (node_name, (k8s_node or {}).get("msg") or "no such Node")
+            )
+        cordoned_before = kubernetes_node.cordon_state(resources[0])["cordoned"]
+        drain = k8s_drain or {}
+        failed = bool(drain.get("failed"))
+        pods = (k8s_pods or {}).get("resources") or []
+        return {
+            "adapter": "kubernetes",
+            "ours": not cordoned_before,
+            "pre_existing": cordoned_before,
+            "timed_out": failed,
+            "reason": drain.get("msg") or "",
+            "blocking_pods": [
+                "%s/%s" % (pod["namespace"], pod["name"])
+                for pod in (kubernetes_node.blocking_pods(pods, node_name) if failed else [])
+            ],
+        }
+    if adapter == "none":
+        return {"adapter": "none", "ours": False, "pre_existing": False, "timed_out": False}
+    raise ValueError("unknown drain adapter %r, expected slurm, kubernetes or none" % (adapter,))
 
 
 def _duration(timings: dict, start: str, end: str):

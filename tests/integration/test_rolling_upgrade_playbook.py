@@ -23,8 +23,9 @@ def test_unhealthy_nodes_are_reported_and_left_out(tmp_path, monkeypatch):
     monkeypatch.setenv("PWD", str(report_dir))  # the default report path is $PWD/gpuops-upgrade-<run id>.json
     run = run_playbook("rolling_upgrade.yml", "tests/integration/inventories/valid/hosts.yml", tmp_path / "runner")
     assert run.rc == 0, run.stdout[-3000:]
-    assert run.plays_started[:4] == [
+    assert run.plays_started[:5] == [
         "Validate the controller, the inventory and the requested stack",
+        "Validate the rolling upgrade's settings",
         "Survey the fleet before the rolling upgrade",
         "Plan the waves",
         "Upgrade wave by wave",
@@ -42,3 +43,26 @@ def test_unhealthy_nodes_are_reported_and_left_out(tmp_path, monkeypatch):
     assert {node["host"] for node in audit["nodes"]} == {"gpu-h100", "gpu-l40s"}
     assert all("nvidia-smi not found" in node["reason"] for node in audit["nodes"])
     assert audit["plan"]["waves"] == []
+
+
+def test_a_typo_in_a_setting_stops_the_run_before_any_node_is_read(tmp_path):
+    settings = {
+        "gpuops_upgrade_drain": "slrum",
+        "gpuops_upgrade_on_failure": "rolback",
+        "gpuops_upgrade_waves": [1, "0%"],
+        "gpuops_upgrade_report_path": str(tmp_path / "report.json"),
+    }
+    run = run_playbook(
+        "rolling_upgrade.yml", "tests/integration/inventories/valid/hosts.yml", tmp_path / "runner", extravars=settings
+    )
+    assert run.rc != 0
+    assert "Survey the fleet before the rolling upgrade" not in run.plays_started
+    failed = [r for r in run.failures if r.task == "Stop the run when a setting is wrong"]
+    assert len(failed) == 1
+    message = failed[0].result["msg"]
+    assert "validation failed on 2 of 2 host(s); nothing was changed" in message
+    assert "gpuops_upgrade_drain is 'slrum'; set one of: none, slurm, kubernetes" in message
+    assert "gpuops_upgrade_on_failure is 'rolback'; set one of: halt, rollback" in message
+    assert "gpuops_upgrade_waves: wave size '0%' must be a percentage above 0% and at most 100%" in message
+    assert not (tmp_path / "report.json").exists()
+    assert run.changed == []

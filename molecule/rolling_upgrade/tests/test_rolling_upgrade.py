@@ -13,11 +13,14 @@ and a controller ru-ctl. The cases run in file order, each on the state the one 
 3. abort mid-run, then re-run (to 580.65.06, waves of one): the canary's fault is cleared and the
    next run finishes its pending upgrade from case 2 first; then a job outlasting the drain timeout
    on ru-gpu3 halts the run there with its upgrade pending (ru-gpu2 done, ru-gpu4 not reached);
-   once the job is gone the re-run finishes ru-gpu3 and ru-gpu4 without touching the canary or
-   ru-gpu2 again.
+   once the job is gone the re-run (one wave of two: the canary is done) finishes ru-gpu3 and
+   ru-gpu4 without touching the canary or ru-gpu2 again.
 
-Not here: a later-wave failure with ``gpuops_upgrade_on_failure: rollback``. A rollback is a
-downgrade, and the stack role cannot downgrade over its own pins (see the scenario's report).
+4. failure in a later wave with ``gpuops_upgrade_on_failure: rollback``: the fleet, now on R580, is
+   moved back to 550.127.08 in waves of one; ru-gpu2's gate fails on a fault injected the same way
+   (keyed to 550.127.08): the run rolls it back to the stack its fact recorded (580.65.06, CUDA
+   13.0, NCCL 2.27.7), gates it clean, returns it to service and halts; ru-gpu3 and ru-gpu4 are
+   not touched.
 
 Every run goes through tests/integration/playbook_run.run_playbook (ansible-runner) with the
 scenario's inventory; assertions read the run's events, its audit report and the nodes (dpkg-query,
@@ -33,6 +36,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -60,12 +64,32 @@ STACK = {
     BRANCH: {"driver": BRANCH, "cuda": "13.0", "nccl": "2.27.7"},
 }
 DRIVER_PACKAGES = ["nvidia-driver", "libnvidia-ml1", "nvidia-smi", "libcuda1"]
+# Actions that run on the controller only (no connection to a node): left out of "module calls".
+CONTROLLER_ONLY = {
+    "ansible.builtin.set_fact",
+    "ansible.builtin.debug",
+    "ansible.builtin.assert",
+    "ansible.builtin.fail",
+    "ansible.builtin.meta",
+    "ansible.builtin.include_role",
+    "ansible.builtin.include_tasks",
+    "ansible.builtin.import_tasks",
+    "set_fact",
+    "debug",
+    "assert",
+    "fail",
+    "meta",
+}
 DRAIN = "Drain the node in Slurm and wait for its jobs"
 SURVEY_DECISION = "Decide whether the node is upgraded, skipped or left out"
 PLAY = "Upgrade wave by wave"
 FOREIGN_NODE = NODES[2]
 FOREIGN_REASON = "LAB-42 fan replacement, do not resume"
 FAULT_HOOK = "/etc/apt/apt.conf.d/99gpuops-lab-fault"
+# A job that runs until this file appears on its node: it is running whenever the drain starts, on
+# a fast or a slow machine, and ends (COMPLETED) soon after, so the drain's wait is real and short.
+RELEASE = "/var/tmp/gpuops-lab-job-release"
+UNTIL_RELEASED = f"while [ ! -e {RELEASE} ]; do sleep 1; done"
 # After every dpkg run: an uncorrectable ECC error on GPU 0 while the faulty driver is installed,
 # no fault otherwise (so a rollback to the other driver gates clean).
 FAULT_HOOK_TEXT = (
@@ -108,10 +132,25 @@ def wait_for(what, predicate, timeout: float = 120.0):
         time.sleep(2)
 
 
-def submit_job(node: str, seconds: int) -> str:
-    job = sh(CONTROLLER, "sbatch", "--parsable", f"--nodelist={node}", "--wrap", f"sleep {seconds}").strip()
+def submit_job(node: str, command: str) -> str:
+    job = sh(CONTROLLER, "sbatch", "--parsable", f"--nodelist={node}", "--wrap", command).strip()
     wait_for(f"job {job} running", lambda: sh(CONTROLLER, "squeue", "-h", "-j", job, "-o", "%T").strip() == "RUNNING")
     return job
+
+
+def release_when_draining(node: str) -> threading.Thread:
+    """Let the job of ``until_released`` on ``node`` end a few seconds after its drain starts."""
+
+    def release():
+        try:
+            wait_for(f"{node} draining", lambda: drained(slurm_nodes()[node]), timeout=600)
+            time.sleep(3)
+        finally:
+            sh(node, "touch", RELEASE, check=False)
+
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
+    return thread
 
 
 def job_state(job: str) -> str:
@@ -143,6 +182,15 @@ def touched(run: PlaybookRun) -> dict[str, int]:
     return counts
 
 
+def module_calls(run: PlaybookRun) -> dict[str, int]:
+    """Per node: the upgrade play's module calls (on the node, or delegated to the Slurm controller)."""
+    counts: dict[str, int] = {}
+    for result in run.results_for(play=PLAY):
+        if result.event != "runner_on_skipped" and result.action not in CONTROLLER_ONLY:
+            counts[result.host] = counts.get(result.host, 0) + 1
+    return counts
+
+
 def record(key: str, value) -> None:
     measures = json.loads(MEASURES.read_text()) if MEASURES.exists() else {}
     measures[key] = value
@@ -167,13 +215,25 @@ def fixture_healthy(workdir):
     """Case 1 (and the foreign drain): one healthy rollout OLD -> NEW, waves [canary, 1, 2]."""
     assert all(installed(node)["nvidia-driver"].startswith(OLD) for node in NODES), "converge must leave OLD"
     sh(CONTROLLER, "scontrol", "update", f"nodename={FOREIGN_NODE}", "state=drain", f"reason={FOREIGN_REASON}")
-    # Long enough to outlast validation and survey on a busy 2-core host: the drain must wait for it.
-    job = submit_job(CANARY, 90)
-    run, audit, wall = upgrade(workdir, "healthy", NEW, gpuops_upgrade_waves=[1, 2], gpuops_upgrade_max_unavailable=2)
+    sh(CANARY, "rm", "-f", RELEASE)
+    job = submit_job(CANARY, UNTIL_RELEASED)
+    release = release_when_draining(CANARY)
+    # the drain timeout only bounds a broken release: the job ends seconds after the drain starts
+    run, audit, wall = upgrade(
+        workdir,
+        "healthy",
+        NEW,
+        gpuops_upgrade_waves=[1, 2],
+        gpuops_upgrade_max_unavailable=2,
+        gpuops_upgrade_drain_timeout=300,
+    )
+    release.join(timeout=30)
+    sh(CANARY, "rm", "-f", RELEASE)
     state = {"job": job, "job_state": job_state(job), "slurm": slurm_nodes()}
     state["installed"] = {n: installed(n) for n in NODES}
     record("healthy_rollout_waves_1_2_wall_s", wall)
-    record("module_calls_per_node_healthy", touched(run))
+    record("tasks_run_per_node_healthy", touched(run))
+    record("module_calls_per_node_healthy", module_calls(run))
     # its owner is done with it: back in service for the next cases
     sh(CONTROLLER, "scontrol", "update", f"nodename={FOREIGN_NODE}", "state=resume", check=False)
     return run, audit, state
@@ -301,7 +361,7 @@ def fixture_aborted(workdir, unhealthy_canary):
     sh(CONTROLLER, "scontrol", "update", f"nodename={CANARY}", "state=resume")
     wait_for(f"{CANARY} back in service", lambda: not drained(slurm_nodes()[CANARY]))
     blocked = NODES[2]
-    job = submit_job(blocked, 3600)
+    job = submit_job(blocked, "sleep 3600")
     settings = {
         "gpuops_upgrade_waves": [1],
         "gpuops_upgrade_max_unavailable": 1,
@@ -312,9 +372,11 @@ def fixture_aborted(workdir, unhealthy_canary):
     state = {"slurm": slurm_nodes(), "installed": {n: installed(n) for n in NODES}}
     sh(CONTROLLER, "scancel", job)
     wait_for(f"job {job} gone from {blocked}", lambda: slurm_nodes()[blocked]["state"].lower() != "allocated")
-    rerun, rerun_audit, wall = upgrade(workdir, "rerun", BRANCH, **settings)
-    record("rerun_waves_of_1_wall_s", wall)
-    record("module_calls_per_node_rerun", touched(rerun))
+    # the canary is on the target already: no canary wave; the two nodes left go together
+    rerun_settings = dict(settings, gpuops_upgrade_waves=[2], gpuops_upgrade_max_unavailable=2)
+    rerun, rerun_audit, wall = upgrade(workdir, "rerun", BRANCH, **rerun_settings)
+    record("rerun_one_wave_of_2_wall_s", wall)
+    record("module_calls_per_node_rerun", module_calls(rerun))
     after = {"slurm": slurm_nodes(), "installed": {n: installed(n) for n in NODES}}
     return blocked, (first, first_audit, state), (rerun, rerun_audit, after)
 
@@ -346,7 +408,74 @@ def test_rerun_finishes_without_touching_finished_nodes(aborted):
     statuses = {node["host"]: node["status"] for node in audit["nodes"]}
     assert statuses == {CANARY: "skipped", NODES[1]: "skipped", blocked: "upgraded", NODES[3]: "upgraded"}
     assert set(touched(run)) == {blocked, NODES[3]}
-    assert [r.host for r in run.results_for(play=PLAY, task=DRAIN)] == [blocked, NODES[3]]
+    assert sorted(r.host for r in run.results_for(play=PLAY, task=DRAIN)) == [blocked, NODES[3]]
+    assert audit["plan"]["batch_sizes"] == [2]
     for name in NODES:
         assert after["installed"][name]["nvidia-driver"].startswith(BRANCH)
         assert not drained(after["slurm"][name]), after["slurm"][name]
+
+
+@pytest.fixture(scope="module", name="rolled_back")
+def fixture_rolled_back(workdir, aborted):
+    """Case 4: BRANCH -> NEW in waves of one, rollback on failure; NODES[1] fails its gate on NEW."""
+    assert aborted[2][0].rc == 0
+    failing = NODES[1]
+    sh(failing, "sh", "-c", f"printf '%s' {shell_quote(FAULT_HOOK_TEXT % NEW)} > {FAULT_HOOK}")
+    before = {n: installed(n) for n in NODES}
+    try:
+        run, audit, wall = upgrade(
+            workdir,
+            "rollback",
+            NEW,
+            gpuops_upgrade_waves=[1],
+            gpuops_upgrade_max_unavailable=1,
+            gpuops_upgrade_on_failure="rollback",
+        )
+        state = {
+            "before": before,
+            "after": {n: installed(n) for n in NODES},
+            "slurm": slurm_nodes(),
+            "loaded": sh(failing, "cat", "/run/gpuops-lab/nvidia-version"),
+            "fact": json.loads(sh(failing, "cat", "/etc/ansible/facts.d/gpuops_stack.fact")),
+        }
+    finally:
+        sh(failing, "rm", "-f", FAULT_HOOK)
+        sh(failing, "gpuops-lab-fault", "clear")
+    record("rollback_run_wall_s", wall)
+    return failing, run, audit, state
+
+
+def test_rollback_halts_the_run_at_the_failed_node(rolled_back):
+    failing, run, audit, _unused = rolled_back
+    assert run.rc != 0
+    assert audit["result"] == "halted"
+    assert audit["halted_by"]["host"] == failing
+    assert audit["halted_by"]["status"] == "rolled_back"
+    statuses = {node["host"]: node["status"] for node in audit["nodes"]}
+    assert statuses == {CANARY: "upgraded", failing: "rolled_back", NODES[2]: "not_reached", NODES[3]: "not_reached"}
+
+
+def test_rollback_returns_the_node_to_the_previous_stack_gated(rolled_back):
+    failing, _unused, audit, state = rolled_back
+    assert state["before"][failing]["nvidia-driver"].startswith(BRANCH)
+    assert {p: v.split("-")[0] for p, v in state["after"][failing].items()} == dict.fromkeys(DRIVER_PACKAGES, BRANCH)
+    assert BRANCH in state["loaded"]
+    node = next(node for node in audit["nodes"] if node["host"] == failing)
+    assert node["after"] == {"driver_version": BRANCH, "loaded_version": BRANCH}
+    assert [(gate["phase"], gate["healthy"]) for gate in node["gates"]] == [("gate", False), ("rollback_gate", True)]
+    assert any("ecc" in failure.lower() for failure in node["gates"][0]["failed"])
+    fact = state["fact"]
+    assert fact["pending"] is None
+    assert fact["current"]["driver_version"] == BRANCH
+    assert fact["current"]["resolved"]["cuda_version"] == STACK[BRANCH]["cuda"]
+    assert fact["history"][-1]["result"] == "rolled_back"
+
+
+def test_rolled_back_node_back_in_service_and_later_waves_untouched(rolled_back):
+    failing, run, _unused, state = rolled_back
+    assert not drained(state["slurm"][failing]), state["slurm"][failing]
+    assert set(touched(run)) == {CANARY, failing}
+    assert state["after"][CANARY]["nvidia-driver"].startswith(NEW)
+    for name in NODES[2:]:
+        assert state["after"][name] == state["before"][name]
+        assert not drained(state["slurm"][name])

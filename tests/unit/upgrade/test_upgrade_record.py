@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import upgrade_record
@@ -203,3 +204,87 @@ def test_report_halt_on_drain_timeout_and_nothing_to_do():
     assert audit["result"] == "halted"
     assert audit["halted_by"]["status"] == "drain_timeout"
     assert upgrade_record.report("r2", {"waves": []}, [], T0, T1)["result"] == "nothing_to_do"
+
+
+KUBERNETES = Path(__file__).resolve().parents[2] / "fixtures" / "kubernetes"
+
+
+def k8s_info(name: str) -> dict:
+    """A registered kubernetes.core.k8s_info result around a recorded API object."""
+    return {"changed": False, "api_found": True, "resources": [json.loads((KUBERNETES / name).read_text())]}
+
+
+def test_slurm_drain_record_from_the_module_result():
+    result = {
+        "changed": True,
+        "action": "drain",
+        "ours": True,
+        "pre_existing": False,
+        "timed_out": False,
+        "waited": 14.2,
+        "node": {"name": "gpu1", "reason": "gpuops-upgrade[r1]: rolling upgrade"},
+    }
+    assert upgrade_record.drain_record("slurm", slurm=result) == {
+        "adapter": "slurm",
+        "ours": True,
+        "pre_existing": False,
+        "timed_out": False,
+        "reason": "gpuops-upgrade[r1]: rolling upgrade",
+        "waited": 14.2,
+    }
+
+
+def test_slurm_drain_record_without_a_result_fails():
+    with pytest.raises(ValueError, match=r"no result of gpuops\.cluster\.slurm_drain: skipped"):
+        upgrade_record.drain_record("slurm", slurm={"skipped": True, "msg": "skipped"})
+
+
+def test_kubernetes_node_cordoned_before_is_not_ours():
+    record = upgrade_record.drain_record(
+        "kubernetes", k8s_node=k8s_info("node-cordoned.json"), k8s_drain={"changed": True}, node_name="gpu-a02"
+    )
+    assert record["ours"] is False
+    assert record["pre_existing"] is True
+    assert record["timed_out"] is False
+    assert record["blocking_pods"] == []
+
+
+def test_kubernetes_schedulable_node_drained_by_us():
+    record = upgrade_record.drain_record(
+        "kubernetes", k8s_node=k8s_info("node-schedulable.json"), k8s_drain={"changed": True}, node_name="gpu-a01"
+    )
+    assert (record["ours"], record["pre_existing"], record["timed_out"]) == (True, False, False)
+
+
+def test_kubernetes_failed_drain_names_the_pods_left():
+    pods = json.loads((KUBERNETES / "pods-on-gpu-a01.json").read_text())
+    record = upgrade_record.drain_record(
+        "kubernetes",
+        k8s_node=k8s_info("node-schedulable.json"),
+        k8s_drain={"failed": True, "msg": "Drain failed: timed out waiting for pods"},
+        k8s_pods={"resources": pods["items"]},
+        node_name="gpu-a01",
+    )
+    assert record["timed_out"] is True
+    assert record["reason"] == "Drain failed: timed out waiting for pods"
+    expected = [
+        "%s/%s" % (p["namespace"], p["name"]) for p in upgrade_record.kubernetes_node.blocking_pods(pods, "gpu-a01")
+    ]
+    assert record["blocking_pods"] == expected
+    assert expected
+
+
+def test_kubernetes_node_not_found_says_what_to_set():
+    with pytest.raises(ValueError, match="gpuops_upgrade_kubernetes_node_name"):
+        upgrade_record.drain_record("kubernetes", k8s_node={"resources": []}, node_name="gpu-zz")
+
+
+def test_no_adapter_and_unknown_adapter():
+    assert upgrade_record.drain_record("none") == {
+        "adapter": "none",
+        "ours": False,
+        "pre_existing": False,
+        "timed_out": False,
+    }
+    with pytest.raises(ValueError, match="unknown drain adapter 'slrum'"):
+        upgrade_record.drain_record("slrum")

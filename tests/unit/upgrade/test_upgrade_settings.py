@@ -1,0 +1,106 @@
+"""Checks of the rolling upgrade's settings (module_utils/upgrade_settings)."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade_settings import problems
+
+# What the playbook passes when nothing is set: its defaults.
+DEFAULTS = {
+    "drain": "none",
+    "slurm_controller": None,
+    "on_failure": "halt",
+    "on_drain_timeout": "halt",
+    "gate_level": "standard",
+    "canary_gate_level": "extended",
+    "drain_timeout": 3600,
+    "drain_poll_interval": 10,
+    "canary_soak_seconds": 0,
+    "waves": [1, "10%", "25%", "100%"],
+    "max_unavailable": "25%",
+    "canary_group": "canary",
+    "run_id": None,
+    "report_path": None,
+}
+RUN = {name: DEFAULTS[name] for name in ("waves", "max_unavailable", "canary_group", "run_id", "report_path")}
+
+
+def test_the_defaults_have_no_problem():
+    assert problems(DEFAULTS, RUN, ["gpu1"]) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "allowed"),
+    [
+        ("drain", "slrum", "none, slurm, kubernetes"),
+        ("drain", "Slurm", "none, slurm, kubernetes"),
+        ("on_failure", "rolback", "halt, rollback"),
+        ("on_drain_timeout", "skip", "halt, continue"),
+        ("gate_level", "full", "quick, standard, extended"),
+        ("canary_gate_level", None, "quick, standard, extended"),
+    ],
+)
+def test_a_value_outside_its_choices_names_the_variable_and_the_choices(name, value, allowed):
+    assert problems(dict(DEFAULTS, **{name: value}), RUN) == [
+        "gpuops_upgrade_%s is %r; set one of: %s" % (name, value, allowed)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("drain_timeout", "1h"), ("drain_timeout", -1), ("drain_poll_interval", 0), ("canary_soak_seconds", True)],
+)
+def test_seconds_must_be_whole_numbers_within_range(name, value):
+    found = problems(dict(DEFAULTS, **{name: value}), RUN)
+    assert len(found) == 1
+    assert found[0].startswith("gpuops_upgrade_%s is %r; set a whole number of seconds" % (name, value))
+
+
+def test_seconds_given_as_strings_on_the_command_line_are_accepted():
+    assert problems(dict(DEFAULTS, drain_timeout="600", drain_poll_interval="5"), RUN) == []
+
+
+def test_slurm_needs_a_controller_that_is_in_the_inventory():
+    missing = problems(dict(DEFAULTS, drain="slurm"), RUN, ["gpu1"])
+    assert len(missing) == 1
+    assert "gpuops_upgrade_slurm_controller is not set" in missing[0]
+    unknown = problems(dict(DEFAULTS, drain="slurm", slurm_controller="slurmctl"), RUN, ["gpu1"])
+    assert unknown == [
+        "gpuops_upgrade_slurm_controller 'slurmctl' is not an inventory host; add it to the inventory "
+        "or name the host that runs scontrol"
+    ]
+    assert problems(dict(DEFAULTS, drain="slurm", slurm_controller="slurmctl"), RUN, ["gpu1", "slurmctl"]) == []
+
+
+@pytest.mark.parametrize(
+    ("waves", "expected"),
+    [
+        ([], "gpuops_upgrade_waves is []; set a list"),
+        ("25%", "gpuops_upgrade_waves is '25%'; set a list"),
+        ([1, "0%"], "gpuops_upgrade_waves: wave size '0%' must be a percentage above 0%"),
+        ([1, "all"], "gpuops_upgrade_waves: wave size 'all' is neither a count"),
+        ([0], "gpuops_upgrade_waves: wave size 0 must be at least 1"),
+    ],
+)
+def test_bad_waves_are_reported(waves, expected):
+    found = problems(dict(DEFAULTS, waves=waves), dict(RUN, waves=waves))
+    assert len(found) == 1
+    assert found[0].startswith(expected)
+
+
+def test_bad_max_unavailable_is_reported():
+    found = problems(dict(DEFAULTS, max_unavailable="150%"), dict(RUN, max_unavailable="150%"))
+    assert found == ["gpuops_upgrade_max_unavailable: size '150%' must be a percentage above 0% and at most 100%"]
+
+
+@pytest.mark.parametrize(("name", "value"), [("waves", [1, "100%"]), ("max_unavailable", 2), ("run_id", "r1")])
+def test_a_run_setting_set_for_some_hosts_only_is_reported(name, value):
+    found = problems(dict(DEFAULTS, **{name: value}), RUN)
+    assert len(found) == 1
+    assert found[0].startswith("gpuops_upgrade_%s is %r on this host but %r for the run" % (name, value, RUN[name]))
+    assert "group_vars/all or -e" in found[0]
+
+
+def test_every_problem_is_listed_at_once():
+    found = problems(dict(DEFAULTS, drain="slrum", on_failure="rolback", drain_timeout="x"), RUN)
+    assert len(found) == 3
