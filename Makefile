@@ -47,7 +47,9 @@ sanity: venv ## ansible-test sanity on a copy at ansible_collections/gpuops/clus
 test: lint sanity units integration molecules ## everything CI runs
 
 molecules: venv
-	@for s in $(CI_SCENARIOS); do $(MAKE) --no-print-directory molecule SCENARIO=$$s || exit 1; done
+	@for s in $(CI_SCENARIOS); do start=$$(date +%s); \
+	  $(MAKE) --no-print-directory molecule SCENARIO=$$s || exit 1; \
+	  echo "molecule $$s: $$(( $$(date +%s) - start )) s"; done
 
 molecule: venv ## run one molecule scenario: make molecule SCENARIO=<name>
 	molecule/lab/bin/lab-prepare

@@ -45,22 +45,6 @@ NEW = {"driver": "550.127.08", "cuda": "12.4", "nccl": "2.21.5"}
 WIDE = {"gpuops_upgrade_waves": ["100%"], "gpuops_upgrade_max_unavailable": 3}
 ONE_BY_ONE = {"gpuops_upgrade_waves": [1], "gpuops_upgrade_max_unavailable": 1}
 PLAY = "Upgrade wave by wave"
-# Actions that run on the controller only (no connection to a node): left out of "module calls".
-CONTROLLER_ONLY = {
-    "ansible.builtin.set_fact",
-    "ansible.builtin.debug",
-    "ansible.builtin.assert",
-    "ansible.builtin.fail",
-    "ansible.builtin.meta",
-    "ansible.builtin.include_role",
-    "ansible.builtin.include_tasks",
-    "ansible.builtin.import_tasks",
-    "set_fact",
-    "debug",
-    "assert",
-    "fail",
-    "meta",
-}
 
 
 def inventory(directory: Path) -> Path:
@@ -95,7 +79,12 @@ def nodes_running() -> bool:
 
 
 def molecule(*argv: str) -> None:
-    env = dict(os.environ, PATH=f"{MOLECULE.parent}:{os.environ['PATH']}")
+    env = dict(
+        os.environ,
+        PATH=f"{MOLECULE.parent}:{os.environ['PATH']}",
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"),
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+    )
     subprocess.run([str(MOLECULE), *argv, "-s", "rolling_upgrade"], cwd=ROOT, env=env, check=True)
 
 
@@ -113,10 +102,7 @@ def rollout(inv: Path, work: Path, name: str, stack: dict, waves: dict) -> dict:
     if run.rc != 0:
         raise SystemExit(f"{name}: the rollout failed (rc {run.rc}):\n{run.stdout[-3000:]}")
     audit = json.loads(report.read_text())
-    calls: dict[str, int] = {}
-    for result in run.results_for(play=PLAY):
-        if result.event != "runner_on_skipped" and result.action not in CONTROLLER_ONLY:
-            calls[result.host] = calls.get(result.host, 0) + 1
+    calls = run.module_calls(PLAY)
     upgraded = [node for node in audit["nodes"] if node["status"] == "upgraded"]
     if len(upgraded) != 4:
         raise SystemExit(f"{name}: expected 4 nodes upgraded, the report says {audit['counts']}")

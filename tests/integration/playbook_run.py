@@ -26,6 +26,26 @@ TASK_RESULT_EVENTS = {
 }
 
 
+# Actions that run on the controller only (no connection to a node): not counted as module calls.
+CONTROLLER_ONLY = frozenset(
+    {
+        "ansible.builtin.set_fact",
+        "ansible.builtin.debug",
+        "ansible.builtin.assert",
+        "ansible.builtin.fail",
+        "ansible.builtin.meta",
+        "ansible.builtin.include_role",
+        "ansible.builtin.include_tasks",
+        "ansible.builtin.import_tasks",
+        "set_fact",
+        "debug",
+        "assert",
+        "fail",
+        "meta",
+    }
+)
+
+
 @dataclass
 class TaskResult:
     """One host's result for one task."""
@@ -89,6 +109,14 @@ class PlaybookRun:
     def tasks_run_outside(self, play: str) -> list[TaskResult]:
         """Results of tasks that ran (not skipped) in any play other than ``play``."""
         return [r for r in self.results if r.play != play and r.event != "runner_on_skipped"]
+
+    def module_calls(self, play: str) -> dict[str, int]:
+        """Per host: the tasks of ``play`` that ran a module on it (or delegated for it); a loop counts once."""
+        counts: dict[str, int] = {}
+        for result in self.results_for(play=play):
+            if result.event != "runner_on_skipped" and result.action not in CONTROLLER_ONLY:
+                counts[result.host] = counts.get(result.host, 0) + 1
+        return counts
 
     @property
     def changed(self) -> list[TaskResult]:

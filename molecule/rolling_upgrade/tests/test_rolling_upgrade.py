@@ -10,9 +10,10 @@ and a controller ru-ctl. The cases run in file order, each on the state the one 
    simulator's ``gpuops-lab-fault`` right after the canary's packages change (an apt hook keyed to
    the driver version) fails its gate: the run halts, the canary stays drained with a reason naming
    the run, no other node is touched;
-3. abort mid-run, then re-run (to 580.65.06, waves of one): the canary's fault is cleared and the
+3. abort mid-run, then re-run (to 580.65.06, waves of two): the canary's fault is cleared and the
    next run finishes its pending upgrade from case 2 first; then a job outlasting the drain timeout
-   on ru-gpu3 halts the run there with its upgrade pending (ru-gpu2 done, ru-gpu4 not reached);
+   on ru-gpu3 halts the run after its wave with ru-gpu3's upgrade pending (ru-gpu2, in the same
+   wave, done; ru-gpu4 not reached);
    once the job is gone the re-run (one wave of two: the canary is done) finishes ru-gpu3 and
    ru-gpu4 without touching the canary or ru-gpu2 again.
 
@@ -64,22 +65,6 @@ STACK = {
     BRANCH: {"driver": BRANCH, "cuda": "13.0", "nccl": "2.27.7"},
 }
 DRIVER_PACKAGES = ["nvidia-driver", "libnvidia-ml1", "nvidia-smi", "libcuda1"]
-# Actions that run on the controller only (no connection to a node): left out of "module calls".
-CONTROLLER_ONLY = {
-    "ansible.builtin.set_fact",
-    "ansible.builtin.debug",
-    "ansible.builtin.assert",
-    "ansible.builtin.fail",
-    "ansible.builtin.meta",
-    "ansible.builtin.include_role",
-    "ansible.builtin.include_tasks",
-    "ansible.builtin.import_tasks",
-    "set_fact",
-    "debug",
-    "assert",
-    "fail",
-    "meta",
-}
 DRAIN = "Drain the node in Slurm and wait for its jobs"
 SURVEY_DECISION = "Decide whether the node is upgraded, skipped or left out"
 PLAY = "Upgrade wave by wave"
@@ -182,15 +167,6 @@ def touched(run: PlaybookRun) -> dict[str, int]:
     return counts
 
 
-def module_calls(run: PlaybookRun) -> dict[str, int]:
-    """Per node: the upgrade play's module calls (on the node, or delegated to the Slurm controller)."""
-    counts: dict[str, int] = {}
-    for result in run.results_for(play=PLAY):
-        if result.event != "runner_on_skipped" and result.action not in CONTROLLER_ONLY:
-            counts[result.host] = counts.get(result.host, 0) + 1
-    return counts
-
-
 def record(key: str, value) -> None:
     measures = json.loads(MEASURES.read_text()) if MEASURES.exists() else {}
     measures[key] = value
@@ -233,7 +209,7 @@ def fixture_healthy(workdir):
     state["installed"] = {n: installed(n) for n in NODES}
     record("healthy_rollout_waves_1_2_wall_s", wall)
     record("tasks_run_per_node_healthy", touched(run))
-    record("module_calls_per_node_healthy", module_calls(run))
+    record("module_calls_per_node_healthy", run.module_calls(PLAY))
     # its owner is done with it: back in service for the next cases
     sh(CONTROLLER, "scontrol", "update", f"nodename={FOREIGN_NODE}", "state=resume", check=False)
     return run, audit, state
@@ -355,7 +331,7 @@ def test_failed_canary_stays_drained_with_the_run_in_its_reason(unhealthy_canary
 
 @pytest.fixture(scope="module", name="aborted")
 def fixture_aborted(workdir, unhealthy_canary):
-    """Case 3: waves of one to the R580 branch; a job outlasting the drain timeout halts at ru-gpu3."""
+    """Case 3: to the R580 branch in waves of two; a job outlasting the drain timeout halts at ru-gpu3."""
     assert unhealthy_canary[1]["result"] == "halted"
     # the canary's operator cleared its fault (fixture above) and returns it to service
     sh(CONTROLLER, "scontrol", "update", f"nodename={CANARY}", "state=resume")
@@ -363,8 +339,8 @@ def fixture_aborted(workdir, unhealthy_canary):
     blocked = NODES[2]
     job = submit_job(blocked, "sleep 3600")
     settings = {
-        "gpuops_upgrade_waves": [1],
-        "gpuops_upgrade_max_unavailable": 1,
+        "gpuops_upgrade_waves": [2],
+        "gpuops_upgrade_max_unavailable": 2,
         "gpuops_upgrade_drain_timeout": 10,
         "gpuops_upgrade_on_drain_timeout": "halt",
     }
@@ -373,10 +349,9 @@ def fixture_aborted(workdir, unhealthy_canary):
     sh(CONTROLLER, "scancel", job)
     wait_for(f"job {job} gone from {blocked}", lambda: slurm_nodes()[blocked]["state"].lower() != "allocated")
     # the canary is on the target already: no canary wave; the two nodes left go together
-    rerun_settings = dict(settings, gpuops_upgrade_waves=[2], gpuops_upgrade_max_unavailable=2)
-    rerun, rerun_audit, wall = upgrade(workdir, "rerun", BRANCH, **rerun_settings)
+    rerun, rerun_audit, wall = upgrade(workdir, "rerun", BRANCH, **settings)
     record("rerun_one_wave_of_2_wall_s", wall)
-    record("module_calls_per_node_rerun", module_calls(rerun))
+    record("module_calls_per_node_rerun", rerun.module_calls(PLAY))
     after = {"slurm": slurm_nodes(), "installed": {n: installed(n) for n in NODES}}
     return blocked, (first, first_audit, state), (rerun, rerun_audit, after)
 
@@ -389,6 +364,7 @@ def test_abort_leaves_the_blocked_node_drained_and_pending(aborted):
     statuses = {node["host"]: node["status"] for node in audit["nodes"]}
     # the canary's upgrade of case 2 was pending (it failed its gate): this run finished it first
     assert statuses == {CANARY: "upgraded", NODES[1]: "upgraded", blocked: "drain_timeout", NODES[3]: "not_reached"}
+    assert audit["plan"]["batch_sizes"] == [1, 2, 1]
     decision = run.results_for(play="Survey the fleet before the rolling upgrade", task=SURVEY_DECISION, host=CANARY)
     assert decision[0].result["ansible_facts"]["gpuops_upgrade_decision"]["reason"].startswith("resume: ")
     assert state["installed"][CANARY]["nvidia-driver"].startswith(BRANCH)
