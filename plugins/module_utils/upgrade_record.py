@@ -225,11 +225,19 @@ def report(run_id: str, plan: dict, records: list, started_at: str, finished_at:
     for host in sorted(by_host):  # skipped and excluded nodes, outside the waves
         nodes.append(node_entry(dict(by_host[host], wave=None, canary=False)))
     halted = [node for node in nodes if node.get("status") in FAILED_STATUSES or node.get("halt")]
+    # not upgraded although the run went on: left out unhealthy, or jobs outlasted the drain (continue)
+    not_upgraded = [
+        {"host": node["host"], "status": node["status"], "reason": node.get("reason")}
+        for node in nodes
+        if node.get("status") in ("excluded", "drain_timeout") and not node.get("halt")
+    ]
     counts: dict[str, int] = {}
     for node in nodes:
         counts[node.get("status", "unknown")] = counts.get(node.get("status", "unknown"), 0) + 1
     if halted:
         result = "halted"
+    elif not_upgraded:
+        result = "partial"
     elif not plan.get("waves"):
         result = "nothing_to_do"
     else:
@@ -244,6 +252,7 @@ def report(run_id: str, plan: dict, records: list, started_at: str, finished_at:
             if halted
             else None
         ),
+        "not_upgraded": not_upgraded,
         "settings": settings or {},
         "plan": plan,
         "counts": counts,
@@ -270,6 +279,11 @@ def summary_lines(audit: dict) -> list[str]:
                 " in %ss" % total if total is not None else "",
                 ": %s" % node["reason"] if node.get("reason") else "",
             )
+        )
+    if audit.get("not_upgraded") and not audit["halted_by"]:
+        lines.append(
+            "NOT UPGRADED: %s; see their reasons above"
+            % ", ".join("%s (%s)" % (node["host"], node["status"]) for node in audit["not_upgraded"])
         )
     if audit["halted_by"]:
         lines.append(

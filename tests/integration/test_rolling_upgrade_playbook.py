@@ -38,7 +38,8 @@ def test_unhealthy_nodes_are_reported_and_left_out(tmp_path, monkeypatch):
     reports = list(report_dir.glob("gpuops-upgrade-*.json"))
     assert len(reports) == 1
     audit = json.loads(reports[0].read_text())
-    assert audit["result"] == "nothing_to_do"
+    assert audit["result"] == "partial"  # nothing upgraded, and no node is on the target
+    assert [node["status"] for node in audit["not_upgraded"]] == ["excluded", "excluded"]
     assert audit["counts"] == {"excluded": 2}
     assert {node["host"] for node in audit["nodes"]} == {"gpu-h100", "gpu-l40s"}
     assert all("nvidia-smi not found" in node["reason"] for node in audit["nodes"])

@@ -21,7 +21,10 @@ and a controller ru-ctl. The cases run in file order, each on the state the one 
    moved back to 550.127.08 in waves of one; ru-gpu2's gate fails on a fault injected the same way
    (keyed to 550.127.08): the run rolls it back to the stack its fact recorded (580.65.06, CUDA
    13.0, NCCL 2.27.7), gates it clean, returns it to service and halts; ru-gpu3 and ru-gpu4 are
-   not touched.
+   not touched;
+5. jobs outlasting the drain with ``gpuops_upgrade_on_drain_timeout: continue`` (to 550.127.08, the
+   canary already there): ru-gpu2, in the first wave, stays drained with the reason and is not
+   upgraded; the run goes on to ru-gpu3 and ru-gpu4 and ends ``partial``, naming ru-gpu2.
 
 Every run goes through tests/integration/playbook_run.run_playbook (ansible-runner) with the
 scenario's inventory; assertions read the run's events, its audit report and the nodes (dpkg-query,
@@ -243,6 +246,12 @@ def test_no_more_than_max_unavailable_out_at_once(healthy):
         assert sum(1 for s, f in spans if s <= start <= f) <= 2
 
 
+def test_the_canary_is_gated_at_extended_the_others_at_standard(healthy):
+    _unused, audit, _unused = healthy
+    levels = {node["host"]: [gate["level"] for gate in node["gates"]] for node in audit["nodes"]}
+    assert levels == {CANARY: ["extended"], **{node: ["standard"] for node in NODES[1:]}}
+
+
 def test_every_node_on_the_new_stack_and_loaded(healthy):
     _unused, audit, state = healthy
     for node in NODES:
@@ -455,3 +464,52 @@ def test_rolled_back_node_back_in_service_and_later_waves_untouched(rolled_back)
     for name in NODES[2:]:
         assert state["after"][name] == state["before"][name]
         assert not drained(state["slurm"][name])
+
+
+@pytest.fixture(scope="module", name="continued")
+def fixture_continued(workdir, rolled_back):
+    """Case 5: on_drain_timeout=continue; a job holds ru-gpu2 past its drain timeout."""
+    failing, _unused, audit, _unused = rolled_back
+    assert audit["result"] == "halted"
+    blocked = failing  # back in service on BRANCH after its rollback
+    job = submit_job(blocked, "sleep 3600")
+    try:
+        run, audit, wall = upgrade(
+            workdir,
+            "continue",
+            NEW,
+            gpuops_upgrade_waves=[1, 2],
+            gpuops_upgrade_max_unavailable=2,
+            gpuops_upgrade_drain_timeout=10,
+            gpuops_upgrade_on_drain_timeout="continue",
+        )
+        state = {"slurm": slurm_nodes(), "installed": {n: installed(n) for n in NODES}}
+    finally:
+        sh(CONTROLLER, "scancel", job, check=False)
+    record("continue_run_wall_s", wall)
+    return blocked, run, audit, state
+
+
+def test_continue_leaves_the_blocked_node_drained_and_goes_on(continued):
+    blocked, run, audit, state = continued
+    assert run.rc == 0, run.stdout[-4000:]
+    assert audit["plan"]["batch_sizes"] == [1, 2]
+    assert audit["plan"]["waves"][0]["hosts"] == [blocked]
+    statuses = {node["host"]: node["status"] for node in audit["nodes"]}
+    assert statuses == {CANARY: "skipped", blocked: "drain_timeout", NODES[2]: "upgraded", NODES[3]: "upgraded"}
+    assert state["installed"][blocked]["nvidia-driver"].startswith(BRANCH)
+    for name in NODES[2:]:
+        assert state["installed"][name]["nvidia-driver"].startswith(NEW)
+        assert not drained(state["slurm"][name])
+    node = state["slurm"][blocked]
+    assert drained(node)
+    assert node["reason"].startswith(f"gpuops-upgrade[{audit['run_id']}]: jobs still running after 10s")
+
+
+def test_continue_ends_partial_and_names_the_node(continued):
+    blocked, run, audit, _unused = continued
+    assert audit["result"] == "partial"
+    assert audit["halted_by"] is None
+    assert [node["host"] for node in audit["not_upgraded"]] == [blocked]
+    summary = run.results_for(play="Report the rolling upgrade", task="Print the summary")[0].result["msg"]
+    assert f"NOT UPGRADED: {blocked} (drain_timeout); see their reasons above" in summary

@@ -176,7 +176,9 @@ def test_report_completed():
         {"host": "e", "status": "excluded", "reason": "unhealthy before the upgrade: xid"},
     ]
     audit = upgrade_record.report("r1", PLAN, records, T0, T1, {"on_failure": "halt"})
-    assert audit["result"] == "completed"
+    # e was left out unhealthy: the plan ran to its end, but not every node is on the target
+    assert audit["result"] == "partial"
+    assert audit["not_upgraded"] == [{"host": "e", "status": "excluded", "reason": "unhealthy before the upgrade: xid"}]
     assert audit["halted_by"] is None
     assert [n["host"] for n in audit["nodes"]] == ["a", "b", "c", "d", "e"]
     assert audit["nodes"][0]["durations"] == {"drain": 9.0, "upgrade": 40.0, "gate": 20.0, "total": 71.0}
@@ -185,9 +187,35 @@ def test_report_completed():
     assert audit["nodes"][3]["wave"] is None
     assert audit["counts"] == {"upgraded": 3, "skipped": 1, "excluded": 1}
     lines = upgrade_record.summary_lines(audit)
-    assert lines[0] == "run r1: completed (excluded 1, skipped 1, upgraded 3)"
+    assert lines[0] == "run r1: partial (excluded 1, skipped 1, upgraded 3)"
     assert "550.127.05 -> 550.127.08 in 71.0s" in lines[1]
+    assert lines[-1] == "NOT UPGRADED: e (excluded); see their reasons above"
     json.dumps(audit)
+
+
+def test_report_completed_when_every_node_is_upgraded_or_skipped():
+    records = [
+        {"host": "a", "status": "upgraded"},
+        {"host": "b", "status": "upgraded"},
+        {"host": "c", "status": "skipped"},
+    ]
+    audit = upgrade_record.report("r1", PLAN, records, T0, T1)
+    assert audit["result"] == "completed"
+    assert audit["not_upgraded"] == []
+    assert not any(line.startswith(("NOT UPGRADED", "HALTED")) for line in upgrade_record.summary_lines(audit))
+
+
+def test_report_drain_timeout_with_continue_is_partial():
+    records = [
+        {"host": "a", "status": "upgraded"},
+        {"host": "b", "status": "drain_timeout", "halt": False, "reason": "jobs still running"},
+        {"host": "c", "status": "upgraded"},
+    ]
+    audit = upgrade_record.report("r1", PLAN, records, T0, T1, {"on_drain_timeout": "continue"})
+    assert audit["result"] == "partial"
+    assert audit["halted_by"] is None
+    assert audit["not_upgraded"] == [{"host": "b", "status": "drain_timeout", "reason": "jobs still running"}]
+    assert upgrade_record.summary_lines(audit)[-1] == "NOT UPGRADED: b (drain_timeout); see their reasons above"
 
 
 def test_report_halted_marks_the_rest_not_reached():
