@@ -4,15 +4,13 @@
 
 Documentation for each filter lives in the sidecar YAML next to this file
 (upgrade_waves.yml, upgrade_decision.yml, upgrade_stack_fact.yml, upgrade_report.yml,
-upgrade_settings_findings.yml, kubernetes_node_state.yml, kubernetes_blocking_pods.yml,
-upgrade_drain_record.yml).
+upgrade_settings_findings.yml, upgrade_drain_record.yml).
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.module_utils import (
-    kubernetes_node,
     upgrade_record,
     upgrade_settings,
     wave_plan,
@@ -83,24 +81,6 @@ def upgrade_drain_record(adapter, slurm=None, k8s_node=None, k8s_drain=None, k8s
         raise AnsibleFilterError("%supgrade_drain_record: %s" % (PREFIX, exc)) from exc
 
 
-def kubernetes_node_state(node):
-    """``{name, cordoned, taints, ready}`` of a v1 Node (``resources[0]`` of kubernetes.core.k8s_info)."""
-    try:
-        return kubernetes_node.cordon_state(node)
-    except (AttributeError, TypeError, ValueError) as exc:
-        raise AnsibleFilterError("%skubernetes_node_state: %s" % (PREFIX, exc)) from exc
-
-
-def kubernetes_blocking_pods(pods, node_name):
-    """Pods on ``node_name`` a drain must evict (not DaemonSet, mirror or finished pods)."""
-    if not isinstance(pods, (dict, list)):
-        raise AnsibleFilterError("%skubernetes_blocking_pods: expected a PodList or a list of pods" % PREFIX)
-    try:
-        return kubernetes_node.blocking_pods(pods, node_name)
-    except (AttributeError, TypeError, ValueError) as exc:
-        raise AnsibleFilterError("%skubernetes_blocking_pods: %s" % (PREFIX, exc)) from exc
-
-
 class FilterModule:
     """gpuops.cluster rolling-upgrade filters."""
 
@@ -112,6 +92,4 @@ class FilterModule:
             "upgrade_report": upgrade_report,
             "upgrade_settings_findings": upgrade_settings_findings,
             "upgrade_drain_record": upgrade_drain_record,
-            "kubernetes_node_state": kubernetes_node_state,
-            "kubernetes_blocking_pods": kubernetes_blocking_pods,
         }

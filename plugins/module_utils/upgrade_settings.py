@@ -47,10 +47,13 @@ def _as_int(value):
 def problems(settings: dict, run_settings: dict | None = None, inventory_hosts=()) -> list[str]:
     """Every problem of one node's upgrade settings (names without the ``gpuops_upgrade_`` prefix).
 
-    ``settings`` holds the node's values with the playbook's defaults applied,
-    ``run_settings`` the controller's values of the run settings, and
-    ``inventory_hosts`` every host of the inventory (the Slurm controller must be one).
+    ``settings`` holds the node's values, None for a setting that is not set (its default
+    applies, and every default is valid), ``run_settings`` the controller's values of the
+    run settings, and ``inventory_hosts`` every host of the inventory (the Slurm
+    controller must be one).
     """
+    run_settings = run_settings or {}
+    settings = {name: value for name, value in settings.items() if value is not None}
     found = []
     for name, allowed in CHOICES.items():
         if name in settings and settings[name] not in allowed:
@@ -92,10 +95,10 @@ def problems(settings: dict, run_settings: dict | None = None, inventory_hosts=(
         except ValueError as exc:
             found.append(str(exc))
     for name in RUN_SETTINGS:
-        if run_settings and name in settings and name in run_settings and settings[name] != run_settings[name]:
+        if name in settings and name in run_settings and settings[name] != run_settings[name]:
             found.append(
                 "%s is %r on this host but %r for the run: it is read once per run on the controller, "
                 "so set it for all hosts (group_vars/all or -e), not per host or group"
-                % (_var(name), settings[name], run_settings.get(name))
+                % (_var(name), settings[name], run_settings[name])
             )
     return found

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter import upgrade
@@ -18,8 +15,6 @@ def test_filters_are_registered():
         "upgrade_report",
         "upgrade_settings_findings",
         "upgrade_drain_record",
-        "kubernetes_node_state",
-        "kubernetes_blocking_pods",
     }
 
 
@@ -76,38 +71,6 @@ def test_upgrade_settings_findings_in_the_validation_report_form():
 def test_upgrade_settings_findings_rejects_non_mappings(settings, run):
     with pytest.raises(AnsibleFilterError, match=r"gpuops\.cluster\.upgrade_settings_findings"):
         upgrade.upgrade_settings_findings(settings, run=run)
-
-
-KUBERNETES = Path(__file__).resolve().parents[2] / "fixtures" / "kubernetes"
-
-
-def test_kubernetes_node_state_reads_the_cordon():
-    assert upgrade.kubernetes_node_state(json.loads((KUBERNETES / "node-cordoned.json").read_text()))["cordoned"]
-    node = json.loads((KUBERNETES / "node-schedulable.json").read_text())
-    assert upgrade.kubernetes_node_state(node)["cordoned"] is False
-    node["spec"]["taints"] = [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]
-    assert upgrade.kubernetes_node_state(node)["cordoned"] is True
-    other_taint = json.loads((KUBERNETES / "node-tainted-only.json").read_text())
-    assert upgrade.kubernetes_node_state(other_taint)["cordoned"] is False
-
-
-def test_kubernetes_blocking_pods_from_a_recorded_pod_list():
-    pods = json.loads((KUBERNETES / "pods-on-gpu-a01.json").read_text())
-    from_list = upgrade.kubernetes_blocking_pods(pods, "gpu-a01")
-    assert from_list == upgrade.kubernetes_blocking_pods(pods["items"], "gpu-a01")
-    assert from_list
-    assert all(set(pod) == {"namespace", "name", "gpus"} for pod in from_list)
-
-
-@pytest.mark.parametrize("value", [{"kind": "Pod"}, "gpu-a01"])
-def test_kubernetes_node_state_rejects_other_input(value):
-    with pytest.raises(AnsibleFilterError, match=r"gpuops\.cluster\.kubernetes_node_state"):
-        upgrade.kubernetes_node_state(value)
-
-
-def test_kubernetes_blocking_pods_rejects_other_input():
-    with pytest.raises(AnsibleFilterError, match=r"gpuops\.cluster\.kubernetes_blocking_pods"):
-        upgrade.kubernetes_blocking_pods("pods", "gpu-a01")
 
 
 def test_upgrade_drain_record_errors_carry_the_filter_name():

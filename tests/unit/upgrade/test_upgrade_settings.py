@@ -37,7 +37,7 @@ def test_the_defaults_have_no_problem():
         ("on_failure", "rolback", "halt, rollback"),
         ("on_drain_timeout", "skip", "halt, continue"),
         ("gate_level", "full", "quick, standard, extended"),
-        ("canary_gate_level", None, "quick, standard, extended"),
+        ("canary_gate_level", "", "quick, standard, extended"),
     ],
 )
 def test_a_value_outside_its_choices_names_the_variable_and_the_choices(name, value, allowed):
@@ -54,6 +54,13 @@ def test_seconds_must_be_whole_numbers_within_range(name, value):
     found = problems(dict(DEFAULTS, **{name: value}), RUN)
     assert len(found) == 1
     assert found[0].startswith("gpuops_upgrade_%s is %r; set a whole number of seconds" % (name, value))
+
+
+def test_a_setting_not_set_is_none_and_its_default_applies():
+    unset = dict.fromkeys(DEFAULTS)
+    assert problems(unset, dict.fromkeys(RUN), ["gpu1"]) == []
+    # set on the controller only: the host reads the same value
+    assert problems(unset, dict(RUN, waves=[1, "50%"])) == []
 
 
 def test_seconds_given_as_strings_on_the_command_line_are_accepted():
