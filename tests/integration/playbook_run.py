@@ -110,13 +110,21 @@ class PlaybookRun:
         """Results of tasks that ran (not skipped) in any play other than ``play``."""
         return [r for r in self.results if r.play != play and r.event != "runner_on_skipped"]
 
-    def module_calls(self, play: str) -> dict[str, int]:
-        """Per host: the tasks of ``play`` that ran a module on it (or delegated for it); a loop counts once."""
+    def tasks_run(self, play: str, modules_only: bool = False) -> dict[str, int]:
+        """Per host: the tasks of ``play`` that ran (not skipped) for it; a loop counts once.
+
+        ``modules_only`` leaves out the controller-only actions (CONTROLLER_ONLY): what remains
+        ran a module on the host or delegated for it.
+        """
         counts: dict[str, int] = {}
         for result in self.results_for(play=play):
-            if result.event != "runner_on_skipped" and result.action not in CONTROLLER_ONLY:
+            if result.event != "runner_on_skipped" and not (modules_only and result.action in CONTROLLER_ONLY):
                 counts[result.host] = counts.get(result.host, 0) + 1
         return counts
+
+    def module_calls(self, play: str) -> dict[str, int]:
+        """Per host: the tasks of ``play`` that ran a module on it (or delegated for it)."""
+        return self.tasks_run(play, modules_only=True)
 
     @property
     def changed(self) -> list[TaskResult]:

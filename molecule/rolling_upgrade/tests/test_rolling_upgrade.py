@@ -162,12 +162,8 @@ def upgrade(workdir: Path, name: str, target: str, **settings) -> tuple[Playbook
 
 
 def touched(run: PlaybookRun) -> dict[str, int]:
-    """Per node: the upgrade play's task results that ran (not skipped): the module calls on it."""
-    counts: dict[str, int] = {}
-    for result in run.results_for(play=PLAY):
-        if result.event != "runner_on_skipped":
-            counts[result.host] = counts.get(result.host, 0) + 1
-    return counts
+    """Per node: the upgrade play's tasks that ran (not skipped) for it."""
+    return run.tasks_run(PLAY)
 
 
 def record(key: str, value) -> None:
