@@ -31,6 +31,7 @@ REQUEST_KEYS = (
     "fabricmanager",
     "allow_minor_version_compat",
     "allow_eol_branch",
+    "allow_unknown_release",
 )
 REQUIRED_KEYS = ("driver", "cuda")
 KERNEL_MODULE_CHOICES = ("auto", "open", "proprietary")
@@ -61,6 +62,15 @@ class _Resolution:
         self.warnings.append(message)
 
 
+def _kind(value):
+    """What an operator wrote, in YAML words (never a Python class name)."""
+    if isinstance(value, str):
+        return "the string %r" % str.__str__(value)
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "%r" % (value,) if isinstance(value, (bool, int, float)) else "a value of another kind"
+
+
 def _branch_text(number):
     return "R%d" % number
 
@@ -85,8 +95,7 @@ def _check_request(request, res):
     if not isinstance(request, dict):
         res.violate(
             "request.malformed",
-            'the stack request must be a mapping such as {driver: "550", cuda: "12.4"}, got %s'
-            % type(request).__name__,
+            'the stack request must be a mapping such as {driver: "550", cuda: "12.4"}, got %s' % _kind(request),
         )
         return None
     for key in sorted(request, key=str):
@@ -106,7 +115,7 @@ def _check_request(request, res):
     return request
 
 
-def _resolve_driver(matrix, text, res):
+def _resolve_driver(matrix, text, res, allow_unknown=False):
     """Return (branch_number, exact_version) or (None, None)."""
     try:
         parts = parse_driver(text)
@@ -135,11 +144,19 @@ def _resolve_driver(matrix, text, res):
         return branch, releases[-1]
     version = str(text).strip().lstrip("Rr")
     if not any(compare_versions(version, known_release) == 0 for known_release in releases):
-        res.warn(
-            "driver %s is not a release the compatibility matrix knows for %s (known: %s); it is used as given: "
-            "add it to matrix/nvidia_stack.yml once verified"
-            % (version, _branch_text(branch), ", ".join(releases) or "none")
+        message = "driver %s is not a release the compatibility matrix knows for %s (known: %s)" % (
+            version,
+            _branch_text(branch),
+            ", ".join(releases) or "none",
         )
+        if allow_unknown:
+            res.warn(message + "; it is used as given: add it to matrix/nvidia_stack.yml once verified")
+        else:
+            res.violate(
+                "driver.unknown_release",
+                message + ": use a known release or the branch alone, add the release to matrix/nvidia_stack.yml, "
+                "or set allow_unknown_release: true in the stack request to install it as given",
+            )
     return branch, version
 
 
@@ -471,10 +488,11 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
 
     allow_compat = _as_bool(request.get("allow_minor_version_compat", False), "allow_minor_version_compat", res)
     allow_eol = _as_bool(request.get("allow_eol_branch", True), "allow_eol_branch", res)
+    allow_unknown = _as_bool(request.get("allow_unknown_release", False), "allow_unknown_release", res)
 
     branch = version = None
     if request.get("driver") not in (None, ""):
-        branch, version = _resolve_driver(matrix, request["driver"], res)
+        branch, version = _resolve_driver(matrix, request["driver"], res, bool(allow_unknown))
     branch_entry = matrix.branch(branch) if branch is not None else None
     if gpu_entry is not None and branch_entry is not None:
         _check_gpu_vs_driver(gpu_entry, branch, version, res)

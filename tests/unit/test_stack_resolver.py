@@ -76,10 +76,18 @@ def test_exact_known_release():
     assert not any("not a release the compatibility matrix knows" in w for w in result["warnings"])
 
 
-def test_unknown_exact_release_of_known_branch_warns():
-    result = run({"driver": "550.999.01", "cuda": "12.4"})
+def test_unknown_exact_release_of_known_branch_is_refused():
+    assert rules({"driver": "550.90", "cuda": "12.4"}) == ["driver.unknown_release"]
+    (message,) = [v["message"] for v in violations({"driver": "550.90", "cuda": "12.4"}, "Debian", "12", "h100-sxm")]
+    assert "driver 550.90 is not a release the compatibility matrix knows for R550" in message
+    assert "allow_unknown_release: true" in message
+
+
+def test_unknown_exact_release_allowed_explicitly_warns():
+    result = run({"driver": "550.999.01", "cuda": "12.4", "allow_unknown_release": True})
     assert result["driver_version"] == "550.999.01"
     assert any("550.999.01 is not a release the compatibility matrix knows for R550" in w for w in result["warnings"])
+    assert "request.malformed" in rules({"driver": "550.999.01", "cuda": "12.4", "allow_unknown_release": "maybe"})
 
 
 def test_unknown_branch():
@@ -114,10 +122,12 @@ def test_malformed_driver(driver):
     ],
 )
 def test_cuda_min_driver_boundary(driver, cuda, ok, toolkit):
+    # Releases just below a minimum are not in the matrix: allowed explicitly to test the minimum alone.
+    request = {"driver": driver, "cuda": cuda, "allow_unknown_release": True}
     if ok:
-        assert run({"driver": driver, "cuda": cuda})["cuda_toolkit_version"] == toolkit
+        assert run(request)["cuda_toolkit_version"] == toolkit
     else:
-        assert rules({"driver": driver, "cuda": cuda}) == ["cuda.min_driver"]
+        assert rules(request) == ["cuda.min_driver"]
 
 
 def test_strict_message_points_at_minor_version_compat():
