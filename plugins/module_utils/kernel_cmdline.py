@@ -16,6 +16,8 @@ import re
 VARIABLE = "GRUB_CMDLINE_LINUX"
 _ASSIGNMENT = re.compile(r"^(?P<lead>\s*(?:export\s+)?)GRUB_CMDLINE_LINUX=(?P<value>.*?)(?P<trail>\s*(?:#.*)?)$")
 _UNSAFE = re.compile(r"[$`\\]")
+# An argument also must not hold what GRUB's script or a shell reads as a separator or redirection.
+_UNSAFE_IN_ARG = re.compile(r"[$`\\;&|<>]")
 
 
 class CmdlineError(ValueError):
@@ -50,7 +52,7 @@ def validate_args(args) -> list:
         text = str(arg).strip()
         if not text or arg_key(text) == "":
             raise CmdlineError(f"kernel argument {arg!r} is empty or has no key")
-        if any(c.isspace() for c in text) or _UNSAFE.search(text) or "'" in text or '"' in text:
+        if any(c.isspace() for c in text) or _UNSAFE_IN_ARG.search(text) or "'" in text or '"' in text:
             raise CmdlineError(
                 f"kernel argument {arg!r} holds whitespace, quotes or shell syntax; give plain key=value"
             )
