@@ -4,7 +4,7 @@
 
 Documentation for each filter lives in the sidecar YAML next to this file
 (upgrade_waves.yml, upgrade_decision.yml, upgrade_stack_fact.yml, upgrade_report.yml,
-upgrade_settings_findings.yml, upgrade_drain_record.yml).
+upgrade_drain_record.yml).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.module_utils import (
     upgrade_record,
-    upgrade_settings,
     wave_plan,
 )
 
@@ -64,15 +63,6 @@ def upgrade_report(records, run_id, plan, started_at, finished_at, settings=None
     return audit
 
 
-def upgrade_settings_findings(settings, run=None, hosts=None):
-    """``{problems, warnings}`` of one node's upgrade settings, in the form validation_report reads."""
-    if not isinstance(settings, dict):
-        raise AnsibleFilterError("%supgrade_settings_findings: input must be a dict of settings" % PREFIX)
-    if run is not None and not isinstance(run, dict):
-        raise AnsibleFilterError("%supgrade_settings_findings: run must be a dict of the run's settings" % PREFIX)
-    return {"problems": upgrade_settings.problems(settings, run, list(hosts or [])), "warnings": []}
-
-
 def upgrade_drain_record(adapter, slurm=None, k8s_node=None, k8s_drain=None, k8s_pods=None, node_name=None):
     """The ``drain`` entry of a node's record from what its drain adapter returned."""
     try:
@@ -90,6 +80,5 @@ class FilterModule:
             "upgrade_decision": upgrade_decision,
             "upgrade_stack_fact": upgrade_stack_fact,
             "upgrade_report": upgrade_report,
-            "upgrade_settings_findings": upgrade_settings_findings,
             "upgrade_drain_record": upgrade_drain_record,
         }

@@ -1,8 +1,76 @@
-"""Turn the validation play's per-host findings into one report."""
+"""The validation play's filters: one host's findings, and the report of every host's.
+
+Documentation for each filter lives in the sidecar YAML next to this file
+(validation_findings.yml, validation_report.yml).
+"""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.module_utils import host_validation, variable_registry
+from ansible_collections.gpuops.cluster.plugins.module_utils.variable_values import plain
+
+PREFIX = "gpuops.cluster."
+
+
+def _is_marker(value) -> bool:
+    """A value whose template failed: ansible-core hands it on as an undefined marker instead of raising."""
+    try:
+        from jinja2 import Undefined
+    except ImportError:  # pragma: no cover - Jinja2 always comes with ansible-core
+        return False
+    return isinstance(value, Undefined)
+
+
+def _read_values(hostvars, names, prefixes):
+    """``(values, unreadable)``: the host's values of the managed variables, and why others could not be read."""
+    values, unreadable = {}, {}
+    for name in sorted(set(names)):
+        if not name.startswith(prefixes):
+            continue
+        try:
+            if name not in hostvars:
+                continue
+            value = hostvars[name]
+            if _is_marker(value):
+                value._fail_with_undefined_error()
+            values[name] = plain(value)
+        except Exception as exc:  # any templating error is reported as the variable's problem
+            unreadable[name] = str(getattr(exc, "message", None) or exc).splitlines()[0]
+    return values, unreadable
+
+
+def validation_findings(
+    hostvars, names=(), checks=(), os=None, os_version=None, read=None, run=None, groups=None, fleet=()
+):
+    """Every problem of one host: variable names and values, and the checks asked for (stack, upgrade)."""
+    try:
+        known = variable_registry.load_known_variables()
+        values, unreadable = _read_values(hostvars, list(names or ()), tuple(known))
+        read = read or {}
+        read_error = None
+        if read.get("unreachable") or read.get("failed"):
+            read_error = str(read.get("msg") or "unreachable").strip().splitlines()[0]
+        run_values = {}
+        for name in host_validation.upgrade_settings.RUN_SETTINGS:
+            key = host_validation.UPGRADE_PREFIX + name
+            if run is not None and key in run:
+                run_values[key] = plain(run[key])
+        return host_validation.findings(
+            values,
+            names=list(names or ()),
+            checks=list(checks or ()),
+            os_name=plain(os),
+            os_version=plain(os_version),
+            read_error=read_error,
+            unreadable=unreadable,
+            run_values=run_values,
+            groups={group: list(members) for group, members in (groups or {}).items()},
+            fleet=list(fleet or ()),
+            known=known,
+        )
+    except (OSError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("%svalidation_findings: %s" % (PREFIX, exc)) from exc
 
 
 def validation_report(findings):
@@ -12,9 +80,8 @@ def validation_report(findings):
     shows the operator everything to fix.
     """
     if not isinstance(findings, dict):
-        kind = type(findings).__name__
         raise AnsibleFilterError(
-            f"gpuops.cluster.validation_report: expected a mapping of host to findings, got {kind}"
+            "gpuops.cluster.validation_report: expected a mapping of host to findings (as validation_findings returns)"
         )
     lines = []
     warnings = []
@@ -46,4 +113,4 @@ class FilterModule:
     """gpuops.cluster validation filters."""
 
     def filters(self):
-        return {"validation_report": validation_report}
+        return {"validation_findings": validation_findings, "validation_report": validation_report}

@@ -7,6 +7,12 @@ would otherwise upgrade nodes without draining them, and ``on_failure: rolback``
 would halt without the rollback the operator asked for. Every problem is returned
 as a sentence that names the variable and what to set.
 
+The type, choices and range of each setting are checked with every other
+variable (``variable_values``, from the registry playbooks/vars/gpuops_variables.yml);
+what is checked here needs more than one value: the Slurm controller against the
+inventory, the wave sizes, the canary group against the run, and run settings
+set for some hosts only.
+
 Settings come in two kinds. Node settings (drain adapter, timeouts, gates, failure
 policy) are read on each node and may differ between nodes. Run settings (the wave
 plan, the canary group, the run id, the report path) are read once, on the
@@ -18,15 +24,7 @@ from __future__ import annotations
 
 from ansible_collections.gpuops.cluster.plugins.module_utils import wave_plan
 
-CHOICES = {
-    "drain": ("none", "slurm", "kubernetes"),
-    "on_failure": ("halt", "rollback"),
-    "on_drain_timeout": ("halt", "continue"),
-    "gate_level": ("quick", "standard", "extended"),
-    "canary_gate_level": ("quick", "standard", "extended"),
-}
-# name -> least value
-INTEGERS = {"drain_timeout": 0, "drain_poll_interval": 1, "canary_soak_seconds": 0}
+DEFAULT_CANARY_GROUP = "canary"
 RUN_SETTINGS = ("waves", "max_unavailable", "canary_group", "run_id", "report_path")
 
 
@@ -34,37 +32,20 @@ def _var(name: str) -> str:
     return "gpuops_upgrade_" + name
 
 
-def _as_int(value):
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
-
-
-def problems(settings: dict, run_settings: dict | None = None, inventory_hosts=()) -> list[str]:
+def problems(
+    settings: dict, run_settings: dict | None = None, inventory_hosts=(), groups=None, fleet=None
+) -> list[str]:
     """Every problem of one node's upgrade settings (names without the ``gpuops_upgrade_`` prefix).
 
     ``settings`` holds the node's values, None for a setting that is not set (its default
     applies, and every default is valid), ``run_settings`` the controller's values of the
     run settings, and ``inventory_hosts`` every host of the inventory (the Slurm
-    controller must be one).
+    controller must be one). With ``groups`` (the inventory's groups and their hosts) and
+    ``fleet`` (the hosts of this run), the canary group is checked too.
     """
     run_settings = run_settings or {}
     settings = {name: value for name, value in settings.items() if value is not None}
     found = []
-    for name, allowed in CHOICES.items():
-        if name in settings and settings[name] not in allowed:
-            found.append("%s is %r; set one of: %s" % (_var(name), settings[name], ", ".join(allowed)))
-    for name, least in INTEGERS.items():
-        if name in settings:
-            value = _as_int(settings[name])
-            if value is None or value < least:
-                found.append(
-                    "%s is %r; set a whole number of seconds, at least %d" % (_var(name), settings[name], least)
-                )
     if settings.get("drain") == "slurm":
         controller = settings.get("slurm_controller")
         if not controller:
@@ -94,6 +75,8 @@ def problems(settings: dict, run_settings: dict | None = None, inventory_hosts=(
             wave_plan.size_of(settings["max_unavailable"], 100, "gpuops_upgrade_max_unavailable:")
         except ValueError as exc:
             found.append(str(exc))
+    if groups is not None:
+        found.extend(canary_problems(run_settings.get("canary_group"), groups, fleet or ()))
     for name in RUN_SETTINGS:
         if name in settings and name in run_settings and settings[name] != run_settings[name]:
             found.append(
@@ -102,3 +85,29 @@ def problems(settings: dict, run_settings: dict | None = None, inventory_hosts=(
                 % (_var(name), settings[name], run_settings[name])
             )
     return found
+
+
+def canary_problems(canary_group, groups: dict, fleet) -> list[str]:
+    """The canary group must exist when it is named, and its hosts must be in the run.
+
+    Unset, the group ``canary`` is used when the inventory has it, else the first node of
+    the plan: that fallback is only for the default, never for a group named by the operator.
+    """
+    name = canary_group if canary_group not in (None, "") else DEFAULT_CANARY_GROUP
+    if name not in groups:
+        if canary_group in (None, ""):
+            return []
+        known = sorted(group for group in groups if group not in ("all", "ungrouped"))
+        return [
+            "gpuops_upgrade_canary_group is %r, which is not an inventory group (groups: %s); create the group "
+            "with the canary node(s), or unset the variable to use the group %r (or the first node)"
+            % (canary_group, ", ".join(known) or "none", DEFAULT_CANARY_GROUP)
+        ]
+    outside = [host for host in groups[name] if host not in set(fleet)]
+    if outside:
+        return [
+            "canary host(s) %s of group %r are not in this run (--limit or gpuops_target_hosts left them out): "
+            "include them, or set gpuops_upgrade_canary_group to a group of hosts in the run"
+            % (", ".join(outside), name)
+        ]
+    return []

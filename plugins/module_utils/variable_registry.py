@@ -22,22 +22,55 @@ REGISTRY_PATH = Path("playbooks") / "vars" / "gpuops_variables.yml"
 COLLECTION_PREFIX = "gpuops_"
 
 
+SPEC_KEYS = ("type", "elements", "choices", "min", "format")
+
+
+def _read_yaml(path: Path) -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+
+
+def _role_options(root: Path) -> dict[str, dict[str, dict]]:
+    """``{role: {option: spec}}`` from every role's ``meta/argument_specs.yml`` (all entry points)."""
+    roles = {}
+    for spec_path in sorted((root / "roles").glob("*/meta/argument_specs.yml")):
+        options: dict[str, dict] = {}
+        for entry_point in (_read_yaml(spec_path).get("argument_specs") or {}).values():
+            options.update((entry_point or {}).get("options") or {})
+        roles[spec_path.parents[1].name] = options
+    return roles
+
+
 def load_known_variables(root: Path = COLLECTION_ROOT) -> dict[str, set[str]]:
     """Return ``{prefix: known names}`` for ``gpuops_`` and every role of the collection."""
-    registry = yaml.safe_load((root / REGISTRY_PATH).read_text(encoding="utf-8")) or {}
+    registry = _read_yaml(root / REGISTRY_PATH)
     known = {COLLECTION_PREFIX: set(registry.get("gpuops_variables", {})) | {"gpuops_variables"}}
-    for spec_path in sorted((root / "roles").glob("*/meta/argument_specs.yml")):
-        role = spec_path.parents[1].name
-        spec = yaml.safe_load(spec_path.read_text(encoding="utf-8")) or {}
-        names: set[str] = set()
-        for entry_point in (spec.get("argument_specs") or {}).values():
-            names.update((entry_point or {}).get("options") or {})
-        known[f"{role}_"] = names
+    for role, options in _role_options(root).items():
+        known[f"{role}_"] = set(options)
     for fact in registry.get("role_facts") or []:
         prefix = next((p for p in sorted(known, key=len, reverse=True) if fact.startswith(p)), None)
         if prefix is not None:
             known[prefix].add(fact)
     return known
+
+
+def load_specs(root: Path = COLLECTION_ROOT) -> dict[str, dict]:
+    """Return ``{name: {type, elements, choices, min, format}}`` for every variable the collection knows.
+
+    Role variables take type, elements and choices from their argument spec and min/format from the
+    registry's ``role_variable_rules``; ``gpuops_*`` variables take all of them from the registry.
+    """
+    registry = _read_yaml(root / REGISTRY_PATH)
+    specs = {}
+    for options in _role_options(root).values():
+        for name, option in options.items():
+            specs[name] = {key: option[key] for key in SPEC_KEYS if key in (option or {})}
+    for name, rules in (registry.get("role_variable_rules") or {}).items():
+        if name not in specs:
+            raise ValueError(f"{REGISTRY_PATH}: role_variable_rules names {name}, which no role's argument spec has")
+        specs[name].update(rules)
+    for name, entry in (registry.get("gpuops_variables") or {}).items():
+        specs[name] = {key: entry[key] for key in SPEC_KEYS if key in (entry or {})}
+    return specs
 
 
 def unknown_variables(names, known: dict[str, set[str]]) -> list[dict[str, str | None]]:

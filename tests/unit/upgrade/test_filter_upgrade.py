@@ -13,7 +13,6 @@ def test_filters_are_registered():
         "upgrade_decision",
         "upgrade_stack_fact",
         "upgrade_report",
-        "upgrade_settings_findings",
         "upgrade_drain_record",
     }
 
@@ -54,23 +53,6 @@ def test_upgrade_report_adds_the_summary():
     assert audit["summary"][0] == "run r1: completed (upgraded 1)"
     with pytest.raises(AnsibleFilterError, match="upgrade_report"):
         upgrade.upgrade_report([{"status": "x"}], "r1", plan, "t0", "t1")
-
-
-def test_upgrade_settings_findings_in_the_validation_report_form():
-    found = upgrade.upgrade_settings_findings({"drain": "slurm"}, run={}, hosts=["ctl"])
-    assert found == {
-        "problems": [
-            "gpuops_upgrade_drain is slurm but gpuops_upgrade_slurm_controller is not set; "
-            "name the inventory host that runs scontrol (the Slurm controller)"
-        ],
-        "warnings": [],
-    }
-
-
-@pytest.mark.parametrize(("settings", "run"), [(["drain"], None), ({"drain": "none"}, ["waves"])])
-def test_upgrade_settings_findings_rejects_non_mappings(settings, run):
-    with pytest.raises(AnsibleFilterError, match=r"gpuops\.cluster\.upgrade_settings_findings"):
-        upgrade.upgrade_settings_findings(settings, run=run)
 
 
 def test_upgrade_drain_record_errors_carry_the_filter_name():

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade_settings import problems
+from ansible_collections.gpuops.cluster.plugins.module_utils import host_validation, variable_registry, variable_values
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade_settings import canary_problems, problems
+
+SPECS = variable_registry.load_specs()
+
+
+def value_problems(name, value):
+    """The registry's checks of one gpuops_upgrade_* value (type, choices, min)."""
+    return variable_values.problems({"gpuops_upgrade_" + name: value}, SPECS)
+
 
 # What the playbook passes when nothing is set: its defaults.
 DEFAULTS = {
@@ -41,9 +50,8 @@ def test_the_defaults_have_no_problem():
     ],
 )
 def test_a_value_outside_its_choices_names_the_variable_and_the_choices(name, value, allowed):
-    assert problems(dict(DEFAULTS, **{name: value}), RUN) == [
-        "gpuops_upgrade_%s is %r; set one of: %s" % (name, value, allowed)
-    ]
+    assert value_problems(name, value) == ["gpuops_upgrade_%s is %r; set one of: %s" % (name, value, allowed)]
+    assert value_problems(name, DEFAULTS[name]) == []
 
 
 @pytest.mark.parametrize(
@@ -51,9 +59,9 @@ def test_a_value_outside_its_choices_names_the_variable_and_the_choices(name, va
     [("drain_timeout", "1h"), ("drain_timeout", -1), ("drain_poll_interval", 0), ("canary_soak_seconds", True)],
 )
 def test_seconds_must_be_whole_numbers_within_range(name, value):
-    found = problems(dict(DEFAULTS, **{name: value}), RUN)
-    assert len(found) == 1
-    assert found[0].startswith("gpuops_upgrade_%s is %r; set a whole number of seconds" % (name, value))
+    (found,) = value_problems(name, value)
+    assert found.startswith("gpuops_upgrade_%s is %s; set a whole number" % (name, variable_values.show(value)))
+    assert value_problems(name, DEFAULTS[name]) == []
 
 
 def test_a_setting_not_set_is_none_and_its_default_applies():
@@ -64,7 +72,8 @@ def test_a_setting_not_set_is_none_and_its_default_applies():
 
 
 def test_seconds_given_as_strings_on_the_command_line_are_accepted():
-    assert problems(dict(DEFAULTS, drain_timeout="600", drain_poll_interval="5"), RUN) == []
+    assert value_problems("drain_timeout", "600") == []
+    assert value_problems("drain_poll_interval", "5") == []
 
 
 def test_slurm_needs_a_controller_that_is_in_the_inventory():
@@ -109,5 +118,51 @@ def test_a_run_setting_set_for_some_hosts_only_is_reported(name, value):
 
 
 def test_every_problem_is_listed_at_once():
-    found = problems(dict(DEFAULTS, drain="slrum", on_failure="rolback", drain_timeout="x"), RUN)
-    assert len(found) == 3
+    values = {
+        "gpuops_upgrade_drain": "slrum",
+        "gpuops_upgrade_on_failure": "rolback",
+        "gpuops_upgrade_drain_timeout": "x",
+    }
+    values["gpuops_upgrade_waves"] = [1, "x%"]
+    found = host_validation.findings(
+        values,
+        names=list(values),
+        checks=["upgrade"],
+        run_values={"gpuops_upgrade_waves": [1, "x%"]},
+        groups={"all": ["gpu1"]},
+    )
+    assert len(found["problems"]) == 4, found
+    assert [p.split(" ")[0] for p in found["problems"][:3]] == [
+        "gpuops_upgrade_drain",
+        "gpuops_upgrade_drain_timeout",
+        "gpuops_upgrade_on_failure",
+    ]
+    assert "x%" in found["problems"][3]
+
+
+GROUPS = {"all": ["gpu1", "gpu2", "gpu3"], "gpu_nodes": ["gpu1", "gpu2", "gpu3"], "canary": ["gpu2"]}
+
+
+def test_a_named_canary_group_must_exist():
+    (found,) = canary_problems("canaries", GROUPS, ["gpu1", "gpu2", "gpu3"])
+    assert found.startswith("gpuops_upgrade_canary_group is 'canaries', which is not an inventory group")
+    assert "canary, gpu_nodes" in found
+    assert canary_problems("canary", GROUPS, ["gpu1", "gpu2", "gpu3"]) == []
+
+
+def test_unset_canary_group_falls_back_only_when_the_default_group_is_missing():
+    assert canary_problems(None, {"all": ["gpu1"], "gpu_nodes": ["gpu1"]}, ["gpu1"]) == []
+    (found,) = canary_problems(None, GROUPS, ["gpu1", "gpu3"])
+    assert found.startswith("canary host(s) gpu2 of group 'canary' are not in this run")
+
+
+def test_canary_checks_run_with_the_other_settings_when_groups_are_given():
+    found = problems(
+        dict(DEFAULTS, canary_group="canaries"),
+        dict(RUN, canary_group="canaries"),
+        GROUPS["all"],
+        groups=GROUPS,
+        fleet=GROUPS["all"],
+    )
+    assert len(found) == 1
+    assert "'canaries', which is not an inventory group" in found[0]

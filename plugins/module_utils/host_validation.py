@@ -1,0 +1,143 @@
+# Copyright: contributors to gpuops.cluster
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the validation play finds wrong with one host, before any host is changed.
+
+One host's findings are every problem the operator must fix, each a sentence that
+names the variable and what to set:
+
+* variable names: a managed-prefix name that no registry or argument spec knows
+  (``variable_registry``);
+* variable values: type, choices, range and format (``variable_values``);
+* with the ``stack`` check: the host's distribution could be read, ``gpuops_stack``
+  and ``gpuops_gpu`` are set, the matrix loads, and the stack resolves;
+* with the ``upgrade`` check: the rolling upgrade's settings (``upgrade_settings``),
+  and the rollback target ``gpuops_upgrade_previous_stack`` resolves for the host.
+
+A check that cannot run (no matrix, no GPU model) becomes a problem of its own, so
+one host's missing value never hides another host's problems.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpuops.cluster.plugins.module_utils import (
+    stack_resolver,
+    upgrade_settings,
+    variable_registry,
+    variable_values,
+)
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack_matrix import (
+    MatrixError,
+    default_matrix,
+    load_matrix,
+)
+
+CHECKS = ("stack", "upgrade")
+UPGRADE_PREFIX = "gpuops_upgrade_"
+
+
+def _matrix(matrix_path):
+    return load_matrix(matrix_path) if matrix_path else default_matrix()
+
+
+def _stack(values, os_name, os_version, read_error, checks, today):
+    """``(problems, warnings, resolved)`` of the stack request and, for an upgrade, its rollback target."""
+    if read_error:
+        return (
+            [
+                "its distribution could not be read (%s): fix the connection to the host, or name it in the "
+                "inventory with gpuops_os and gpuops_os_version" % read_error
+            ],
+            [],
+            None,
+        )
+    missing = []
+    if values.get("gpuops_stack") is None:
+        missing.append(
+            'gpuops_stack is not set: set the NVIDIA stack for this host, e.g. gpuops_stack: {driver: "580", '
+            'cuda: "13.0"} in group_vars (docs/compatibility-matrix.md)'
+        )
+    if values.get("gpuops_gpu") in (None, ""):
+        missing.append(
+            "gpuops_gpu is not set: set the host's GPU model, a short key of the matrix such as h100-sxm "
+            "or the product name nvidia-smi prints"
+        )
+    if os_name in (None, "") or os_version in (None, ""):
+        missing.append("its distribution is unknown: set gpuops_os and gpuops_os_version")
+    if missing:
+        return missing, [], None
+    try:
+        matrix = _matrix(values.get("gpuops_matrix_path"))
+    except MatrixError as exc:
+        return ["gpuops_matrix_path: %s" % " ".join(line.strip() for line in str(exc).splitlines())], [], None
+    host = {
+        "os": os_name,
+        "os_version": str(os_version),
+        "gpu": values["gpuops_gpu"],
+        "nvswitch": values.get("gpuops_nvswitch"),
+        "matrix": matrix,
+        "today": today,
+    }
+    problems, warnings, resolved = [], [], None
+    try:
+        resolved = stack_resolver.resolve(values["gpuops_stack"], **host)
+        warnings = list(resolved["warnings"])
+    except stack_resolver.StackViolations as exc:
+        problems.extend(violation["message"] for violation in exc.violations)
+    previous = values.get("gpuops_upgrade_previous_stack")
+    if "upgrade" in checks and previous is not None:
+        problems.extend(
+            "gpuops_upgrade_previous_stack (the rollback target) does not resolve: %s" % violation["message"]
+            for violation in stack_resolver.violations(previous, **host)
+        )
+    return problems, warnings, resolved
+
+
+def findings(
+    values: dict,
+    names=(),
+    checks=(),
+    os_name=None,
+    os_version=None,
+    read_error=None,
+    unreadable=None,
+    run_values=None,
+    groups=None,
+    fleet=(),
+    known=None,
+    specs=None,
+    today=None,
+) -> dict:
+    """Return ``{problems, warnings, resolved}`` for one host.
+
+    ``values`` holds the host's values of the collection's variables (plain data), ``names``
+    every variable name the host defines (for typos), ``checks`` a subset of :data:`CHECKS`,
+    ``os_name``/``os_version`` its distribution, ``read_error`` why it could not be read,
+    ``unreadable`` ``{name: why}`` for values that could not be templated, ``run_values`` the
+    controller's values (run settings of the upgrade), ``groups`` the inventory's groups
+    and ``fleet`` the hosts of this run. ``known`` and ``specs`` default to the shipped registry.
+    """
+    unknown_checks = [check for check in checks if check not in CHECKS]
+    if unknown_checks:
+        raise ValueError("unknown check(s) %s: use %s" % (", ".join(unknown_checks), ", ".join(CHECKS)))
+    known = known if known is not None else variable_registry.load_known_variables()
+    specs = specs if specs is not None else variable_registry.load_specs()
+    problems = [variable_registry.describe(typo) for typo in variable_registry.unknown_variables(names, known)]
+    problems.extend(
+        "%s cannot be read: %s; fix its value or the variables it refers to" % (name, why)
+        for name, why in sorted((unreadable or {}).items())
+    )
+    problems.extend(variable_values.problems(values, specs))
+    warnings, resolved = [], None
+    if "stack" in checks:
+        stack_problems, warnings, resolved = _stack(values, os_name, os_version, read_error, checks, today)
+        problems.extend(stack_problems)
+    if "upgrade" in checks:
+        settings = {
+            name[len(UPGRADE_PREFIX) :]: value for name, value in values.items() if name.startswith(UPGRADE_PREFIX)
+        }
+        run_settings = {name: (run_values or {}).get(UPGRADE_PREFIX + name) for name in upgrade_settings.RUN_SETTINGS}
+        inventory_hosts = sorted(set().union(*(groups or {}).values())) if groups else []
+        problems.extend(
+            upgrade_settings.problems(settings, run_settings, inventory_hosts, groups=groups or {}, fleet=fleet)
+        )
+    return {"problems": problems, "warnings": warnings, "resolved": resolved}
