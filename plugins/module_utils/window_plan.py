@@ -1,0 +1,649 @@
+# Copyright: contributors to gpuops.cluster
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The sliding window of a rolling upgrade: which node may leave service now.
+
+Waves make every node of a wave wait for the slowest one. The window admits a
+node as soon as another one is back, within these rules:
+
+* A node is ``{name, domains, partitions, gpus, state, job_end, canary, done}``.
+  ``domains`` maps a kind of failure domain to the node's member
+  (``{"rack": "r01", "nvlink": "nvl72-5"}``), ``state`` is ``idle``, ``busy``
+  (``job_end``: when its running job ends, epoch seconds, or None when not
+  known), ``drained_by_others`` or ``down``. ``done`` nodes (already on the
+  target) are skipped.
+* Out of service means: admitted by the window and not finished yet (draining,
+  waiting for its job, upgrading), failed (left drained), drained by others, or
+  down. Every rule counts every node out of service, whoever took it out;
+  ``drained_by_others`` and ``down`` nodes are never admitted.
+* ``max_unavailable`` (a count, or ``"N%"`` of the whole fleet, done nodes
+  included, rounded like ``wave_plan.size_of``): never more nodes out of service.
+* ``per_domain`` (``{"rack": 1, "nvlink": 1}``): never more nodes out of service
+  in one member of that kind of domain. A node without that kind of domain is
+  not limited by it.
+* ``partition_floor`` (a fraction in (0, 1], or None): in every Slurm partition,
+  the GPUs of the nodes in service stay at least that share of the partition's
+  GPUs. A node in several partitions must keep every one of them above its floor.
+* Order (:func:`order`): canaries first, then idle nodes, then busy nodes by
+  soonest job end (ends within the same ``granularity`` seconds count as equal),
+  busy nodes with an unknown end last; nodes of equal priority are interleaved
+  round-robin over the ``spread_by`` domain (racks), ties by name. A busy node
+  whose job end is already past counts as idle.
+* The canaries (``canary`` nodes) go first and alone, one at a time: nothing
+  else is admitted until every canary finished ok. When no node is a canary,
+  the first node of the order that is not blocked is the canary.
+* The first failed node halts admission (``halt_on_failure``, the default):
+  nodes in flight may finish, nothing else starts. Without it, a failed node
+  stays out of service until :meth:`Window.release`.
+* Admission is greedy in order: a node that does not fit now (its rack is full)
+  does not hold back the nodes after it.
+* A node that cannot be admitted even with nothing else of the window out of
+  service is blocked (a partition whose floor allows no node out, a domain
+  already full of down nodes, a blocked canary before it): the window reports
+  it (:attr:`Window.blocked`) instead of waiting for it forever.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from ansible_collections.gpuops.cluster.plugins.module_utils import wave_plan
+
+STATES = ("idle", "busy", "drained_by_others", "down")
+ADMISSIBLE_STATES = ("idle", "busy")
+SETTINGS = ("max_unavailable", "per_domain", "partition_floor", "spread_by", "granularity", "halt_on_failure")
+DEFAULTS = {
+    "max_unavailable": "10%",
+    "per_domain": None,
+    "partition_floor": None,
+    "spread_by": "rack",
+    "granularity": 600,
+    "halt_on_failure": True,
+}
+# Floating point slack for the partition floor (GPU counts are integers).
+_EPSILON = 1e-9
+
+
+class Node:
+    """One node of the fleet, validated."""
+
+    __slots__ = ("canary", "domains", "done", "gpus", "job_end", "name", "partitions", "state")
+
+    def __init__(self, name, domains=None, partitions=(), gpus=8, state="idle", job_end=None, canary=False, done=False):
+        if not isinstance(name, str) or not name:
+            raise ValueError("node name %r is not a host name" % (name,))
+        if domains is None:
+            domains = {}
+        if not isinstance(domains, dict) or not all(
+            isinstance(kind, str) and isinstance(member, str) and kind and member for kind, member in domains.items()
+        ):
+            raise ValueError(
+                "node %s: domains must map a domain kind to the node's member, such as {'rack': 'r01'}, got %r"
+                % (name, domains)
+            )
+        if partitions is None:
+            partitions = ()
+        if isinstance(partitions, str) or not all(isinstance(part, str) and part for part in partitions):
+            raise ValueError("node %s: partitions must be a list of Slurm partition names, got %r" % (name, partitions))
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
+            raise ValueError("node %s: gpus must be a count of GPUs (0 or more), got %r" % (name, gpus))
+        if state not in STATES:
+            raise ValueError("node %s: state %r is not one of %s" % (name, state, ", ".join(STATES)))
+        if job_end is not None and (isinstance(job_end, bool) or not isinstance(job_end, (int, float))):
+            raise ValueError("node %s: job_end must be epoch seconds or None (unknown), got %r" % (name, job_end))
+        self.name = name
+        self.domains = dict(domains)
+        self.partitions = tuple(dict.fromkeys(partitions))
+        self.gpus = gpus
+        self.state = state
+        self.job_end = job_end if state == "busy" else None
+        self.canary = bool(canary)
+        self.done = bool(done)
+
+    def __repr__(self):
+        return "Node(%r, state=%r)" % (self.name, self.state)
+
+
+def node_of(value) -> Node:
+    """A :class:`Node` from a Node or a dict of its fields."""
+    if isinstance(value, Node):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError(
+            "a node must be a dict such as {'name': 'gpu001', 'domains': {'rack': 'r01'}}, got %r" % (value,)
+        )
+    unknown = sorted(set(value) - set(Node.__slots__))
+    if unknown:
+        raise ValueError(
+            "node %s: unknown field(s) %s; known: %s"
+            % (value.get("name"), ", ".join(unknown), ", ".join(sorted(Node.__slots__)))
+        )
+    return Node(**value)
+
+
+def nodes_of(values) -> list[Node]:
+    """Validated nodes, names unique."""
+    if values is None or isinstance(values, (str, dict)):
+        raise ValueError("nodes must be a list of nodes, got %r" % (values,))
+    nodes = [node_of(value) for value in values]
+    seen = set()
+    for node in nodes:
+        if node.name in seen:
+            raise ValueError("node %s is listed twice" % node.name)
+        seen.add(node.name)
+    return nodes
+
+
+class Settings:
+    """The window's settings, validated for a fleet of ``fleet_size`` nodes."""
+
+    __slots__ = SETTINGS
+
+    def __init__(self, raw=None, fleet_size=1):
+        raw = {} if raw is None else raw
+        if isinstance(raw, Settings):
+            raw = {key: getattr(raw, key) for key in SETTINGS}
+        if not isinstance(raw, dict):
+            raise ValueError("window settings must be a dict with keys among %s, got %r" % (", ".join(SETTINGS), raw))
+        unknown = sorted(set(raw) - set(SETTINGS))
+        if unknown:
+            raise ValueError(
+                "unknown window setting(s) %s; set only %s" % (", ".join(map(str, unknown)), ", ".join(SETTINGS))
+            )
+        values = dict(DEFAULTS)
+        values.update({key: value for key, value in raw.items() if value is not None})
+        self.max_unavailable = wave_plan.size_of(values["max_unavailable"], max(fleet_size, 1), "max_unavailable")
+
+        per_domain = values["per_domain"] or {}
+        if not isinstance(per_domain, dict):
+            raise ValueError(
+                "per_domain must map a domain kind to the most nodes out of service in one of its members, "
+                "such as {'rack': 1}, got %r" % (per_domain,)
+            )
+        self.per_domain = {}
+        for kind, given in per_domain.items():
+            limit = given
+            if not isinstance(kind, str) or not kind:
+                raise ValueError("per_domain has the key %r: set a domain kind such as 'rack'" % (kind,))
+            if isinstance(limit, str) and limit.strip().isdigit():
+                limit = int(limit)
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise ValueError(
+                    "per_domain.%s is %r: set a positive integer, the most nodes of one %s out of service at once "
+                    "(such as 1)" % (kind, limit, kind)
+                )
+            self.per_domain[kind] = limit
+
+        floor = values["partition_floor"]
+        if floor is not None:
+            if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 < floor <= 1:
+                raise ValueError(
+                    "partition_floor is %r: set a fraction above 0 and at most 1, the least share of each "
+                    "partition's GPUs that stays schedulable (such as 0.85), or leave it unset for no floor" % (floor,)
+                )
+            floor = float(floor)
+        self.partition_floor = floor
+
+        spread_by = values["spread_by"]
+        if not isinstance(spread_by, str) or not spread_by:
+            raise ValueError(
+                "spread_by is %r: set the domain kind to spread admissions over, such as 'rack'" % (spread_by,)
+            )
+        self.spread_by = spread_by
+
+        granularity = values["granularity"]
+        if isinstance(granularity, bool) or not isinstance(granularity, (int, float)) or granularity <= 0:
+            raise ValueError(
+                "granularity is %r: set the seconds within which job ends count as equal, such as 600" % (granularity,)
+            )
+        self.granularity = granularity
+
+        halt = values["halt_on_failure"]
+        if not isinstance(halt, bool):
+            raise ValueError("halt_on_failure is %r: set true or false" % (halt,))
+        self.halt_on_failure = halt
+
+    def as_dict(self) -> dict:
+        return {key: getattr(self, key) for key in SETTINGS}
+
+
+def _priority(node: Node, now, granularity) -> tuple:
+    if node.state == "idle" or (node.job_end is not None and node.job_end <= now):
+        return (0, 0, 0.0)
+    if node.job_end is None:
+        return (2, 0, 0.0)
+    return (1, int((node.job_end - now) // granularity), float(node.job_end))
+
+
+def order(nodes, now, spread_by: str = "rack", granularity=600) -> list[str]:
+    """The admission order of the nodes that can be admitted (names).
+
+    Canaries first, then idle nodes, then busy nodes by soonest job end (within
+    ``granularity`` seconds counts as equal), unknown ends last; within equal
+    priority, round-robin over the ``spread_by`` domain, ties by name. Done,
+    drained-by-others and down nodes are left out.
+    """
+    candidates = [node for node in nodes_of(nodes) if not node.done and node.state in ADMISSIBLE_STATES]
+    keyed = []
+    for node in candidates:
+        priority = _priority(node, now, granularity)
+        keyed.append(((not node.canary, priority[0], priority[1]), priority[2], node))
+    keyed.sort(key=lambda item: (item[0], item[1], item[2].name))
+    # Rank of each node inside its (priority class, domain member): the round-robin turn.
+    turns: dict = {}
+    ranked = []
+    for group, end, node in keyed:
+        member = node.domains.get(spread_by, "")
+        turn = turns.get((group, member), 0)
+        turns[(group, member)] = turn + 1
+        ranked.append((group, turn, member, end, node.name))
+    ranked.sort()
+    return [item[4] for item in ranked]
+
+
+class Window:
+    """The admission state machine of a sliding-window rollout.
+
+    ``admit(now)`` returns the nodes that may leave service now, ``finish(name, ok)``
+    reports one back. ``in_flight``, ``remaining`` (not admitted yet, in order),
+    ``done``, ``failed``, ``halted`` and ``blocked`` tell where it stands.
+    """
+
+    def __init__(self, nodes, settings=None, now=0):
+        self.nodes = {node.name: node for node in nodes_of(nodes)}
+        self.settings = Settings(settings, len(self.nodes))
+        self.now = now
+        self._limit = self.settings.max_unavailable
+        self._per_domain = self.settings.per_domain
+        self._floor = self.settings.partition_floor
+        self._partition_gpus: dict = {}
+        for node in self.nodes.values():
+            for partition in node.partitions:
+                self._partition_gpus[partition] = self._partition_gpus.get(partition, 0) + node.gpus
+        self._out = set()
+        self._domain_out: dict = {}
+        self._partition_out: dict = {}
+        self.unavailable = sorted(name for name, node in self.nodes.items() if node.state not in ADMISSIBLE_STATES)
+        for name in self.unavailable:
+            self._take(self.nodes[name])
+        self.skipped = sorted(
+            name for name, node in self.nodes.items() if node.done and node.state in ADMISSIBLE_STATES
+        )
+        self._in_flight: dict = {}
+        self.done: list[str] = []
+        self.failed: list[str] = []
+        self.halted = False
+        self._waiting = set()
+        self._reorder(list(self.nodes.values()), now)
+        queue = self.remaining
+        canaries = [name for name in queue if self.nodes[name].canary]
+        if not canaries and queue:
+            # The first node of the order that can leave service (the first one when none can).
+            fitting = (name for name in queue if self._misfit(self.nodes[name]) is None)
+            canaries = [next(fitting, queue[0])]
+        self.canaries = canaries
+        self._canaries_left = set(canaries)
+
+    # Bookkeeping of who is out of service.
+
+    def _take(self, node: Node):
+        self._out.add(node.name)
+        for kind, member in node.domains.items():
+            if kind in self._per_domain:
+                self._domain_out[(kind, member)] = self._domain_out.get((kind, member), 0) + 1
+        for partition in node.partitions:
+            self._partition_out[partition] = self._partition_out.get(partition, 0) + node.gpus
+
+    def _give_back(self, node: Node):
+        self._out.discard(node.name)
+        for kind, member in node.domains.items():
+            if kind in self._per_domain:
+                self._domain_out[(kind, member)] -= 1
+        for partition in node.partitions:
+            self._partition_out[partition] -= node.gpus
+
+    def _misfit(self, node: Node, counts=None):
+        """What keeps ``node`` from leaving service now, as a key (None when it can leave).
+
+        ``("max_unavailable",)``, ``("domain", kind, member)`` or ``("partition", name)``.
+        ``counts``: ``(out, domain_out, partition_out)`` to judge against, the window's own by default.
+        """
+        out, domain_out, partition_out = counts or (len(self._out), self._domain_out, self._partition_out)
+        if out + 1 > self._limit:
+            return ("max_unavailable",)
+        per_domain = self._per_domain
+        for kind, member in node.domains.items():
+            limit = per_domain.get(kind)
+            if limit is not None and domain_out.get((kind, member), 0) + 1 > limit:
+                return ("domain", kind, member)
+        if self._floor is not None:
+            for partition in node.partitions:
+                total = self._partition_gpus[partition]
+                if total - partition_out.get(partition, 0) - node.gpus < self._floor * total - _EPSILON:
+                    return ("partition", partition)
+        return None
+
+    def _explain(self, node: Node, key, counts=None) -> str:
+        """The operator's words for a key of :meth:`_misfit`."""
+        out, domain_out, partition_out = counts or (len(self._out), self._domain_out, self._partition_out)
+        if key[0] == "max_unavailable":
+            return "max_unavailable %d: %d node(s) already out of service" % (self._limit, out)
+        if key[0] == "domain":
+            kind, member = key[1], key[2]
+            return "per_domain %s %d: %d node(s) of %s %s already out of service" % (
+                kind,
+                self._per_domain[kind],
+                domain_out.get((kind, member), 0),
+                kind,
+                member,
+            )
+        partition = key[1]
+        total = self._partition_gpus[partition]
+        return "partition_floor %g: partition %s would keep %d of its %d GPUs schedulable" % (
+            self._floor,
+            partition,
+            total - partition_out.get(partition, 0) - node.gpus,
+            total,
+        )
+
+    def _counts_without_in_flight(self):
+        """The counts as if every node in flight were back: only down, drained by others and failed nodes out."""
+        domain_out = dict(self._domain_out)
+        partition_out = dict(self._partition_out)
+        for name in self._in_flight:
+            node = self.nodes[name]
+            for kind, member in node.domains.items():
+                if kind in self._per_domain:
+                    domain_out[(kind, member)] -= 1
+            for partition in node.partitions:
+                partition_out[partition] -= node.gpus
+        return len(self._out) - len(self._in_flight), domain_out, partition_out
+
+    # What the caller sees.
+
+    @property
+    def in_flight(self) -> list[str]:
+        return list(self._in_flight)
+
+    @property
+    def remaining(self) -> list[str]:
+        """Nodes not admitted yet, in admission order (blocked ones included)."""
+        return sorted(self._waiting, key=self._rank.__getitem__)
+
+    @property
+    def canary_phase(self) -> bool:
+        """True until every canary finished ok."""
+        return bool(self._canaries_left)
+
+    @property
+    def blocked(self) -> dict:
+        """Remaining nodes that could not be admitted even with nothing of the window in flight: name -> why."""
+        counts = self._counts_without_in_flight()
+        remaining = self.remaining
+        reasons = {}
+        if self._canaries_left:
+            # Canaries go one by one, each alone: the first blocked one blocks every node after it.
+            passed = set()
+            for canary in (name for name in self.canaries if name in self._waiting):
+                key = self._misfit(self.nodes[canary], counts)
+                if key is not None:
+                    reasons[canary] = self._explain(self.nodes[canary], key, counts)
+                    for name in remaining:
+                        if name != canary and name not in passed:
+                            reasons[name] = "waits for the canary %s, which is blocked" % canary
+                    return reasons
+                passed.add(canary)
+        for name in remaining:
+            key = self._misfit(self.nodes[name], counts)
+            if key is not None:
+                reasons[name] = self._explain(self.nodes[name], key, counts)
+        return reasons
+
+    @property
+    def finished(self) -> bool:
+        """Nothing in flight and nothing more can start: halted, all admitted, or the rest blocked."""
+        if self._in_flight:
+            return False
+        if self.halted or not self.remaining:
+            return True
+        return len(self.blocked) == len(self.remaining)
+
+    def update(self, name: str, state: str, job_end=None):
+        """Scheduler news about a node not admitted yet: ``idle``, or ``busy`` with its job end (None: unknown)."""
+        node = self.nodes.get(name)
+        if node is None or name not in self._waiting:
+            raise ValueError("update: %s is not a node waiting for the window" % name)
+        if state not in ADMISSIBLE_STATES:
+            raise ValueError("update: the state of %s must be idle or busy, got %r" % (name, state))
+        if job_end is not None and (isinstance(job_end, bool) or not isinstance(job_end, (int, float))):
+            raise ValueError("update: job_end of %s must be epoch seconds or None, got %r" % (name, job_end))
+        job_end = job_end if state == "busy" else None
+        if node.state != state or node.job_end != job_end:
+            node.state = state
+            node.job_end = job_end
+            self._dirty = True
+
+    def _reorder(self, nodes, now):
+        """Order the waiting nodes again: a heap by rank, nothing parked."""
+        names = order(nodes, now, self.settings.spread_by, self.settings.granularity)
+        self._waiting = set(names)
+        self._rank = {name: rank for rank, name in enumerate(names)}
+        self._heap = list(enumerate(names))  # sorted, so already a heap
+        self._parked: dict = {}
+        self._dirty = False
+
+    def _wake(self, node: Node):
+        """Node is back: the nodes parked behind its domains and partitions may fit again."""
+        for kind, member in node.domains.items():
+            if kind in self._per_domain:
+                for item in self._parked.pop(("domain", kind, member), ()):
+                    heapq.heappush(self._heap, item)
+        for partition in node.partitions:
+            for item in self._parked.pop(("partition", partition), ()):
+                heapq.heappush(self._heap, item)
+
+    def _start(self, name: str, now):
+        self._waiting.discard(name)
+        self._take(self.nodes[name])
+        self._in_flight[name] = now
+
+    def admit(self, now) -> list[str]:
+        """The nodes that may leave service now; they are in flight from now on.
+
+        Greedy in order: a node that does not fit waits (parked behind what keeps it
+        out, woken when a node of that domain or partition is back), the nodes after
+        it still get their chance.
+        """
+        self.now = now
+        if self.halted:
+            return []
+        if self._dirty:
+            self._reorder([self.nodes[name] for name in self._waiting], now)
+        if self._canaries_left:
+            if self._in_flight:
+                return []
+            canary = next((name for name in self.canaries if name in self._waiting), None)
+            if canary is None or self._misfit(self.nodes[canary]) is not None:
+                return []
+            self._start(canary, now)
+            return [canary]
+        started = []
+        heap = self._heap
+        while heap and len(self._out) < self._limit:
+            rank, name = heapq.heappop(heap)
+            if name not in self._waiting:
+                continue
+            key = self._misfit(self.nodes[name])
+            if key is None:
+                self._start(name, now)
+                started.append(name)
+            else:
+                self._parked.setdefault(key, []).append((rank, name))
+        return started
+
+    def finish(self, name: str, ok: bool):
+        """Node ``name`` is back: upgraded and in service (``ok``), or failed and left drained."""
+        if name not in self._in_flight:
+            raise ValueError(
+                "finish: %s is not in flight (in flight: %s)" % (name, ", ".join(self._in_flight) or "none")
+            )
+        del self._in_flight[name]
+        self._canaries_left.discard(name)
+        if ok:
+            self.done.append(name)
+            self._give_back(self.nodes[name])
+            self._wake(self.nodes[name])
+            return
+        self.failed.append(name)
+        if self.settings.halt_on_failure:
+            self.halted = True
+
+    def release(self, name: str):
+        """A failed node is back in service (repaired, not upgraded): it stops counting as out."""
+        if name not in self.failed or name not in self._out:
+            raise ValueError("release: %s is not a failed node still out of service" % name)
+        self._give_back(self.nodes[name])
+        self._wake(self.nodes[name])
+
+
+def check(timeline, nodes, settings=None) -> list[dict]:
+    """Every rule broken by a timeline of ``(name, start, end)`` out-of-service intervals.
+
+    Intervals are half-open ``[start, end)``: a node back at ``t`` and another
+    leaving at ``t`` are not out together. Down and drained-by-others nodes of
+    ``nodes`` are out the whole time. Returns ``[{time, rule, detail}]``, one
+    entry per interval start that leaves a rule broken.
+    """
+    fleet = {node.name: node for node in nodes_of(nodes)}
+    config = Settings(settings, len(fleet))
+    partition_gpus: dict = {}
+    for node in fleet.values():
+        for partition in node.partitions:
+            partition_gpus[partition] = partition_gpus.get(partition, 0) + node.gpus
+    events = []
+    for entry in timeline:
+        name, start, end = entry
+        if name not in fleet:
+            raise ValueError("check: %s of the timeline is not a node of the fleet" % name)
+        if end < start:
+            raise ValueError("check: %s ends (%r) before it starts (%r)" % (name, end, start))
+        if end > start:
+            events.append((start, 1, name))
+            events.append((end, 0, name))
+    events.sort(key=lambda event: (event[0], event[1], event[2]))
+
+    out = 0
+    domain_out: dict = {}
+    partition_out: dict = {}
+
+    def move(node, step):
+        for kind, member in node.domains.items():
+            if kind in config.per_domain:
+                domain_out[(kind, member)] = domain_out.get((kind, member), 0) + step
+        for partition in node.partitions:
+            partition_out[partition] = partition_out.get(partition, 0) + step * node.gpus
+
+    for node in fleet.values():
+        if node.state not in ADMISSIBLE_STATES:
+            out += 1
+            move(node, 1)
+    violations = []
+    for time, kind_of_event, name in events:
+        node = fleet[name]
+        step = 1 if kind_of_event else -1
+        out += step
+        move(node, step)
+        if not kind_of_event:
+            continue
+        if out > config.max_unavailable:
+            violations.append(
+                {
+                    "time": time,
+                    "rule": "max_unavailable",
+                    "detail": "%d nodes out of service, max_unavailable %d (%s left)"
+                    % (out, config.max_unavailable, name),
+                }
+            )
+        for kind, member in node.domains.items():
+            limit = config.per_domain.get(kind)
+            if limit is not None and domain_out[(kind, member)] > limit:
+                violations.append(
+                    {
+                        "time": time,
+                        "rule": "per_domain",
+                        "detail": "%d nodes of %s %s out of service, limit %d (%s left)"
+                        % (domain_out[(kind, member)], kind, member, limit, name),
+                    }
+                )
+        if config.partition_floor is not None:
+            for partition in node.partitions:
+                total = partition_gpus[partition]
+                left = total - partition_out[partition]
+                if left < config.partition_floor * total - _EPSILON:
+                    violations.append(
+                        {
+                            "time": time,
+                            "rule": "partition_floor",
+                            "detail": "partition %s keeps %d of %d GPUs schedulable, floor %g (%s left)"
+                            % (partition, left, total, config.partition_floor, name),
+                        }
+                    )
+    return violations
+
+
+def plan(nodes, settings=None, now=0) -> dict:
+    """A static preview of a window rollout, for a plan-only run.
+
+    Returns ``{fleet_size, settings, order, canary, first_window, after_canary,
+    skipped, unavailable, blocked}``: ``first_window`` is what starts now,
+    ``after_canary`` what would start once the canaries passed, if nothing else
+    changed. Raises ValueError for bad nodes or settings.
+    """
+    window = Window(nodes, settings, now)
+    preview = {
+        "fleet_size": len(window.nodes),
+        "settings": window.settings.as_dict(),
+        "order": window.remaining,
+        "canary": list(window.canaries),
+        "skipped": list(window.skipped),
+        "unavailable": list(window.unavailable),
+        "blocked": window.blocked,
+    }
+    first = window.admit(now)
+    preview["first_window"] = first
+    after = []
+    if first and window.canary_phase:
+        while window.canary_phase and window.in_flight:
+            for name in window.in_flight:
+                window.finish(name, True)
+            window.admit(now)
+        after = window.in_flight
+    preview["after_canary"] = after
+    return preview
+
+
+def describe(preview: dict) -> list[str]:
+    """Lines for the operator, from :func:`plan`."""
+    settings = preview["settings"]
+    rules = ["at most %d out of service" % settings["max_unavailable"]]
+    rules.extend("at most %d per %s" % (limit, kind) for kind, limit in sorted(settings["per_domain"].items()))
+    if settings["partition_floor"] is not None:
+        rules.append("every partition keeps %g of its GPUs" % settings["partition_floor"])
+    lines = [
+        "%d node(s) in the fleet, %s; %d to upgrade, %d already done, %d down or drained by others"
+        % (
+            preview["fleet_size"],
+            ", ".join(rules),
+            len(preview["order"]),
+            len(preview["skipped"]),
+            len(preview["unavailable"]),
+        )
+    ]
+    if preview["canary"]:
+        lines.append("canary, alone first: %s" % ", ".join(preview["canary"]))
+    lines.append("starts now: %s" % (", ".join(preview["first_window"]) or "nothing"))
+    if preview["after_canary"]:
+        lines.append("starts once the canary passed: %s" % ", ".join(preview["after_canary"]))
+    lines.append("order: %s" % (", ".join(preview["order"]) or "nothing to upgrade"))
+    for name, why in sorted(preview["blocked"].items()):
+        lines.append("blocked: %s (%s)" % (name, why))
+    return lines
