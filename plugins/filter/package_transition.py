@@ -6,11 +6,11 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils import package_transition
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import package_transition
 
 
 def superseded_packages(installed, requested):
-    """Installed package names that the requested stack supersedes (see module_utils/package_transition.py)."""
+    """Installed package names that the requested stack supersedes (see module_utils/stack/package_transition.py)."""
     try:
         return package_transition.superseded_packages(installed, requested)
     except package_transition.TransitionError as exc:

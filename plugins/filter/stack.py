@@ -9,9 +9,9 @@ Documentation for each filter lives in the sidecar YAML next to this file
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils import stack_resolver
-from ansible_collections.gpuops.cluster.plugins.module_utils.nvidia_version import version_matches
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack_matrix import (
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import stack_resolver
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_version import version_matches
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import (
     MatrixError,
     default_matrix,
     load_matrix,

@@ -10,10 +10,7 @@ upgrade_drain_record.yml).
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils import (
-    upgrade_record,
-    wave_plan,
-)
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgrade_record, wave_plan
 
 PREFIX = "gpuops.cluster."
 

@@ -19,17 +19,14 @@ one host's missing value never hides another host's problems.
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.module_utils import (
-    stack_resolver,
-    upgrade_settings,
-    variable_registry,
-    variable_values,
-)
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack_matrix import (
+from ansible_collections.gpuops.cluster.plugins.module_utils import variable_registry, variable_values
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import stack_resolver
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import (
     MatrixError,
     default_matrix,
     load_matrix,
 )
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgrade_settings
 
 CHECKS = ("stack", "upgrade")
 UPGRADE_PREFIX = "gpuops_upgrade_"

@@ -18,7 +18,7 @@ variable, shows the value as the operator wrote it, and says what to set.
 from __future__ import annotations
 
 from ansible.module_utils.common.parameters import DEFAULT_TYPE_VALIDATORS
-from ansible_collections.gpuops.cluster.plugins.module_utils import irq_affinity, kernel_cmdline
+from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import irq_affinity, kernel_cmdline
 
 TYPE_WORDS = {
     "int": "a whole number",

@@ -315,12 +315,12 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import (
+from ansible_collections.gpuops.cluster.plugins.module_utils import managed_file
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     dcgm_diag,
     gpu_health,
     infiniband,
     kernel_log,
-    managed_file,
     nccl_tests,
     nvidia_smi_xml,
     nvlink,

@@ -197,7 +197,7 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import apt_pinning, rpm_versionlock, stack_facts
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import apt_pinning, rpm_versionlock, stack_facts
 
 LC = {"LC_ALL": "C"}
 

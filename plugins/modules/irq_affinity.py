@@ -147,7 +147,8 @@ container:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, irq_affinity, managed_file
+from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file
+from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import irq_affinity
 
 
 def _systemctl(module, root, *args):

@@ -146,7 +146,8 @@ import glob
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, kernel_cmdline, managed_file
+from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file
+from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import kernel_cmdline
 
 
 def _live_reason(module, root, container):

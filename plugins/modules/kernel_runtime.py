@@ -127,7 +127,8 @@ container:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, kernel_runtime, managed_file
+from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file
+from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import kernel_runtime
 
 
 def main():

@@ -231,7 +231,8 @@ import fnmatch
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import apt_pinning, managed_file, rpm_versionlock
+from ansible_collections.gpuops.cluster.plugins.module_utils import managed_file
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import apt_pinning, rpm_versionlock
 
 LC = {"LC_ALL": "C"}
 

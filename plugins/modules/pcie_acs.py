@@ -89,7 +89,8 @@ container:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, pcie_acs
+from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection
+from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import pcie_acs
 
 
 def main():

@@ -163,7 +163,7 @@ commands:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import slurm_node
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import slurm_node
 
 _C = {"LC_ALL": "C"}
 

@@ -149,7 +149,8 @@ container:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file, sysctl_profile
+from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file
+from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import sysctl_profile
 
 
 def _write_proc(root, keys, desired):

@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / ".collections"))
 
-from ansible_collections.gpuops.cluster.plugins.module_utils import wave_plan, window_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import wave_plan, window_plan
 
 SEED = 20240611
 NODES = 1250

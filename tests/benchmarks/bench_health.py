@@ -26,7 +26,7 @@ import contextlib
 
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.gpuops.cluster.plugins.module_utils import (
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     gpu_health,
     kernel_log,
     nvidia_smi_xml,

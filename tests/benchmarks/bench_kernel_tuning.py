@@ -28,11 +28,10 @@ sys.path.insert(0, str(ROOT))
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection
-from ansible_collections.gpuops.cluster.plugins.module_utils import sysctl_profile as sp
+from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import sysctl_profile as sp
 from ansible_collections.gpuops.cluster.plugins.modules import sysctl_profile as module
-
-from tests.unit.kernel.sysfs_tree import build
-from tests.unit.kernel.test_sysctl_profile import PROFILE
+from tests.unit.tuning.sysfs_tree import build
+from tests.unit.tuning.test_sysctl_profile import PROFILE
 
 
 class Exit(Exception):

@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 SIMULATOR = HERE.parent / "nvidia-smi" / "nvidia_smi_sim.py"
 KEY_UID = "gpuops lab stand-in NVIDIA repository <lab@gpuops.invalid>"
-RESOLVER = "ansible_collections.gpuops.cluster.plugins.module_utils.stack_resolver"
+RESOLVER = "ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_resolver"
 WRONG_KEY_UID = "gpuops lab WRONG key <wrong@gpuops.invalid>"
 
 # A stand-in daemon: writes a ready file while it runs, removes it when stopped.
@@ -246,7 +246,7 @@ def resolver_check(spec: dict, built: set[tuple[str, str]]) -> int:
     sys.path.insert(0, str(ROOT / ".collections"))
     try:
         stack_resolver = importlib.import_module(
-            "ansible_collections.gpuops.cluster.plugins.module_utils.stack_resolver"
+            "ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_resolver"
         )
     except ImportError as error:
         print(f"build-repo: resolver not importable ({error}); names not cross-checked", file=sys.stderr)

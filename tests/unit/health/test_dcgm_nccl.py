@@ -1,6 +1,6 @@
 """dcgm_diag.parse and nccl_tests.parse."""
 
-from ansible_collections.gpuops.cluster.plugins.module_utils import dcgm_diag, nccl_tests
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import dcgm_diag, nccl_tests
 
 
 def test_dcgm_pass(fixture_text):

@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import (
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     dcgm_diag,
     gpu_health,
     infiniband,

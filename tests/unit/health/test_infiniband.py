@@ -1,6 +1,6 @@
 """infiniband.read_ports on captured sysfs trees."""
 
-from ansible_collections.gpuops.cluster.plugins.module_utils import infiniband
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import infiniband
 
 from .conftest import FIXTURES
 

@@ -3,7 +3,7 @@
 import datetime
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import kernel_log
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import kernel_log
 
 UTC = datetime.timezone.utc
 EXPECTED = [

@@ -1,7 +1,7 @@
 """nvidia_smi_xml.parse on captured-shape fixtures of every DTD generation."""
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import nvidia_smi_xml
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import nvidia_smi_xml
 
 
 def test_h100_healthy_v12(fixture_text):

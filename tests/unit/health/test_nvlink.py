@@ -1,6 +1,6 @@
 """nvlink.parse_status / parse_errors on nvidia-smi nvlink -s / -e output."""
 
-from ansible_collections.gpuops.cluster.plugins.module_utils import nvlink
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import nvlink
 
 
 def test_status_healthy(fixture_text):

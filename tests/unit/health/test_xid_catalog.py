@@ -1,7 +1,7 @@
 """xid_catalog: severities and actions, application faults, unknown codes."""
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import xid_catalog
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import xid_catalog
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import nvlink
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import nvlink
 
 SIM_PATH = Path(__file__).resolve().parents[3] / "molecule" / "lab" / "nvidia-smi" / "nvidia_smi_sim.py"
 _spec = importlib.util.spec_from_file_location("nvidia_smi_sim", SIM_PATH)

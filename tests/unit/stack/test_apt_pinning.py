@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import apt_pinning as ap
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import apt_pinning as ap
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "stack"
 

@@ -4,7 +4,7 @@ import shutil
 import subprocess
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import apt_pinning
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import apt_pinning
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(tool) for tool in ("apt-cache", "apt-config", "dpkg-query")),

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import apt_pinning
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import apt_pinning
 from ansible_collections.gpuops.cluster.plugins.modules import gpu_stack_facts
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "stack"

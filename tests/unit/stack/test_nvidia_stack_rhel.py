@@ -10,10 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import stack_resolver
-from ansible_collections.gpuops.cluster.plugins.module_utils.package_transition import (
-    superseded_packages,
-)
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import stack_resolver
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.package_transition import superseded_packages
 from ansible_collections.gpuops.cluster.plugins.modules import package_pin
 
 

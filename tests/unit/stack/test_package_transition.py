@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter.package_transition import FilterModule
-from ansible_collections.gpuops.cluster.plugins.module_utils.package_transition import (
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.package_transition import (
     TransitionError,
     superseded_packages,
 )

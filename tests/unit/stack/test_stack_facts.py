@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import rpm_versionlock, stack_facts
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import rpm_versionlock, stack_facts
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "stack"
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import kubernetes_node
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import kubernetes_node
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kubernetes"
 

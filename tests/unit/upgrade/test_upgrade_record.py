@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import upgrade_record
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgrade_record
 
 OLD = {
     "driver_version": "550.127.05",

@@ -1,10 +1,10 @@
-"""Checks of the rolling upgrade's settings (module_utils/upgrade_settings)."""
+"""Checks of the rolling upgrade's settings (module_utils/upgrade/upgrade_settings)."""
 
 from __future__ import annotations
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import host_validation, variable_registry, variable_values
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade_settings import canary_problems, problems
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.upgrade_settings import canary_problems, problems
 
 SPECS = variable_registry.load_specs()
 

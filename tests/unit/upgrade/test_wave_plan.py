@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import wave_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import wave_plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import heapq
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import window_plan
-from ansible_collections.gpuops.cluster.plugins.module_utils.window_plan import Window, check, order, plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_plan import Window, check, order, plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import kernel_cmdline as kc
+from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import kernel_cmdline as kc
 from ansible_collections.gpuops.cluster.plugins.modules import kernel_cmdline as module
 
 GRUB = """# If you change this file, run 'update-grub' afterwards.

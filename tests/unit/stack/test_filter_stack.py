@@ -12,7 +12,7 @@ from ansible_collections.gpuops.cluster.plugins.filter.stack import (
     resolve_stack,
     stack_violations,
 )
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack_matrix import DEFAULT_MATRIX_PATH
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import DEFAULT_MATRIX_PATH
 
 
 def test_filters_registered():

@@ -16,8 +16,8 @@ Thresholds follow the team reference page shared/reference/nvidia-stack-facts.md
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.module_utils import xid_catalog
-from ansible_collections.gpuops.cluster.plugins.module_utils.nvidia_smi_xml import normalize_bus_id
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import xid_catalog
+from ansible_collections.gpuops.cluster.plugins.module_utils.health.nvidia_smi_xml import normalize_bus_id
 
 CHECKS = (
     "nvidia_smi",

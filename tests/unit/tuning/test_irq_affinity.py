@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import irq_affinity as ia
+from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import irq_affinity as ia
 from ansible_collections.gpuops.cluster.plugins.modules import irq_affinity as module
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "sysfs"

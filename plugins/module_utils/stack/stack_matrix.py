@@ -13,14 +13,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.nvidia_version import (
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_version import (
     compare_versions,
     parse_cuda,
     parse_driver,
     parse_nccl,
 )
 
-DEFAULT_MATRIX_PATH = Path(__file__).resolve().parents[2] / "matrix" / "nvidia_stack.yml"
+DEFAULT_MATRIX_PATH = Path(__file__).resolve().parents[3] / "matrix" / "nvidia_stack.yml"
 
 SCHEMA_VERSION = 1
 BRANCH_KINDS = ("ltsb", "production", "feature")

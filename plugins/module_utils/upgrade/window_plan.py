@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import heapq
 
-from ansible_collections.gpuops.cluster.plugins.module_utils import wave_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import wave_plan
 
 STATES = ("idle", "busy", "drained_by_others", "down")
 ADMISSIBLE_STATES = ("idle", "busy")

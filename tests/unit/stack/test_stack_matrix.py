@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import yaml
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack_matrix import (
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import (
     DEFAULT_MATRIX_PATH,
     MatrixError,
     StackMatrix,

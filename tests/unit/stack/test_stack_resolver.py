@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack_matrix import default_matrix
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack_resolver import (
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import default_matrix
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_resolver import (
     StackViolations,
     resolve,
     violations,

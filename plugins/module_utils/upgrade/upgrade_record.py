@@ -18,7 +18,7 @@ No I/O here: the playbook reads and writes the file, these functions compute its
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.module_utils import kubernetes_node
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import kubernetes_node
 
 SCHEMA = 1
 HISTORY_LENGTH = 10

@@ -13,14 +13,14 @@ from __future__ import annotations
 import datetime
 import difflib
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.nvidia_version import (
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_version import (
     compare_versions,
     cuda_dashed,
     parse_cuda,
     parse_driver,
     parse_nccl,
 )
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack_matrix import default_matrix
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import default_matrix
 
 REQUEST_KEYS = (
     "driver",

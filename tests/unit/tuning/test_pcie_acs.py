@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.module_utils import pcie_acs
+from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import pcie_acs
 from ansible_collections.gpuops.cluster.plugins.modules import pcie_acs as module
 
 LSPCI = """0000:15:01.0 PCI bridge: Broadcom / LSI PEX890xx PCIe Gen 5 Switch (rev b0) (prog-if 00 [Normal decode])

@@ -22,7 +22,7 @@ controller (``localhost``): a value set for some nodes only (``group_vars/gpu_no
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.module_utils import wave_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import wave_plan
 
 DEFAULT_CANARY_GROUP = "canary"
 RUN_SETTINGS = ("waves", "max_unavailable", "canary_group", "run_id", "report_path")

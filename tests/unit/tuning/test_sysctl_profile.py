@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils import sysctl_profile as sp
+from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import sysctl_profile as sp
 from ansible_collections.gpuops.cluster.plugins.modules import sysctl_profile as module
 
 PROFILE = {
