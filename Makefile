@@ -11,7 +11,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SCENARIO ?= default
 # Molecule scenarios that `make test` runs (later issues append to this list).
-CI_SCENARIOS := $(strip $(shell cat molecule/ci-scenarios.txt 2>/dev/null | grep -v '^\#'))
+CI_SCENARIOS := $(strip $(shell cat extensions/molecule/ci-scenarios.txt 2>/dev/null | grep -v '^\#'))
 
 .PHONY: help venv units integration lint sanity test bench build docs lab lab-down molecule molecules clean
 
@@ -52,15 +52,15 @@ molecules: venv
 	  echo "molecule $$s: $$(( $$(date +%s) - start )) s"; done
 
 molecule: venv ## run one molecule scenario: make molecule SCENARIO=<name>
-	molecule/lab/bin/lab-prepare
+	extensions/molecule/lab/bin/lab-prepare
 	$(BIN)/molecule test -s $(SCENARIO)
 
 lab: venv ## build the lab from nothing and run site.yml against it
-	molecule/lab/bin/lab-prepare
-	molecule/lab/bin/lab-up
+	extensions/molecule/lab/bin/lab-prepare
+	extensions/molecule/lab/bin/lab-up
 
 lab-down: ## remove the lab nodes
-	molecule/lab/bin/lab-down
+	extensions/molecule/lab/bin/lab-down
 
 bench: venv ## benchmarks (figures, not timed tests): tests/benchmarks/bench_*.py; BENCH_LAB=1 adds the lab rollouts
 	@for b in tests/benchmarks/bench_*.py; do \

@@ -30,6 +30,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import sysctl_profile as sp
 from ansible_collections.gpuops.cluster.plugins.modules import sysctl_profile as module
+
 from tests.unit.tuning.sysfs_tree import build
 from tests.unit.tuning.test_sysctl_profile import PROFILE
 

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.integration.playbook_run import run_playbook
 
-SCENARIO = ROOT / "molecule" / "rolling_upgrade" / "molecule.yml"
+SCENARIO = ROOT / "extensions" / "molecule" / "rolling_upgrade" / "molecule.yml"
 MOLECULE = ROOT / ".venv" / "bin" / "molecule"
 OLD = {"driver": "550.127.05", "cuda": "12.4", "nccl": "2.21.5"}
 NEW = {"driver": "550.127.08", "cuda": "12.4", "nccl": "2.21.5"}
@@ -115,11 +115,11 @@ def rollout(inv: Path, work: Path, name: str, stack: dict, waves: dict) -> dict:
 
 def main() -> int:
     if subprocess.run(["podman", "--version"], capture_output=True, check=False).returncode != 0:
-        print("podman is not installed: run make lab (or molecule/lab/bin/lab-prepare) first")
+        print("podman is not installed: run make lab (or extensions/molecule/lab/bin/lab-prepare) first")
         return 1
     brought_up = not nodes_running()
     if brought_up:
-        subprocess.run([str(ROOT / "molecule" / "lab" / "bin" / "lab-prepare")], cwd=ROOT, check=True)
+        subprocess.run([str(ROOT / "extensions" / "molecule" / "lab" / "bin" / "lab-prepare")], cwd=ROOT, check=True)
         molecule("converge")
     try:
         with tempfile.TemporaryDirectory(prefix="bench-rolling-upgrade-") as tmp:

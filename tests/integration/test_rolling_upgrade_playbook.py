@@ -3,7 +3,7 @@
 The inventory's nodes are this machine (local connection) without nvidia-smi, so the
 survey finds every node unhealthy: the plan must leave them all out, no node may be
 changed, and the report must say why. The waves themselves need the lab
-(molecule/rolling_upgrade, see the report of issue 6).
+(extensions/molecule/rolling_upgrade, see the report of issue 6).
 """
 
 from __future__ import annotations

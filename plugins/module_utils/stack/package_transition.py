@@ -17,7 +17,7 @@ something removes them, and some of them then conflict with the new set:
   NVIDIA/yum-packaging-fabric-manager). An old-branch package left behind
   breaks its dependency and, for Fabric Manager, ships the same unit file as
   its successor, so dpkg refuses to unpack the new one unless the old one is
-  gone first. The lab's stand-ins (molecule/lab/packages/spec.yml) declare no
+  gone first. The lab's stand-ins (extensions/molecule/lab/packages/spec.yml) declare no
   Conflicts/Replaces between branch names, like NVIDIA's packages before the
   rename, so this is not left to the package manager.
 - DCGM 4 replaces the legacy ``datacenter-gpu-manager`` (DCGM 3) package, and

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import nvlink
 
-SIM_PATH = Path(__file__).resolve().parents[3] / "molecule" / "lab" / "nvidia-smi" / "nvidia_smi_sim.py"
+SIM_PATH = Path(__file__).resolve().parents[3] / "extensions" / "molecule" / "lab" / "nvidia-smi" / "nvidia_smi_sim.py"
 _spec = importlib.util.spec_from_file_location("nvidia_smi_sim", SIM_PATH)
 sim = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sim)

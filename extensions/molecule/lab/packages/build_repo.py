@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""Build the lab's signed stand-in NVIDIA apt repository from spec.yml (lab only).
+
+Writes, under STATE (the repository's git-ignored .lab/ folder):
+  repo/<path>/            flat repository: *.deb, Packages(.gz), Release, InRelease, Release.gpg
+  repo/keys/gpuops-lab-archive-keyring.gpg   binary public keyring for `signed-by`
+  repo/keys/gpuops-lab-archive-keyring.asc   the same, armored
+  repo/keys/gpuops-lab-wrong-keyring.gpg     a different key, for "wrong key" tests
+  repo/gpuops-lab-archive-keyring.gpg        copy of the binary keyring (lab-prepare's stamp)
+  gnupg/, gnupg-wrong/    throwaway signing keys (generated once, batch mode)
+
+Usage: build_repo.py --state .lab [--no-resolver-check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import importlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from email.utils import formatdate
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[3]
+SIMULATOR = HERE.parent / "nvidia-smi" / "nvidia_smi_sim.py"
+KEY_UID = "gpuops lab stand-in NVIDIA repository <lab@gpuops.invalid>"
+RESOLVER = "ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_resolver"
+WRONG_KEY_UID = "gpuops lab WRONG key <wrong@gpuops.invalid>"
+
+# A stand-in daemon: writes a ready file while it runs, removes it when stopped.
+DAEMON = """#!/bin/sh
+# gpuops lab stand-in for {name} (does nothing but stay up).
+set -e
+{precheck}
+mkdir -p /run/gpuops-lab
+ready=/run/gpuops-lab/{ready}
+trap 'rm -f "$ready"; exit 0' TERM INT
+echo $$ > "$ready"
+echo "{name} (gpuops lab stand-in {version}) running"
+while :; do sleep 3600 & wait $!; done
+"""
+
+# Fabric Manager refuses to start without NVSwitches or with a driver of another version.
+FM_PRECHECK = """/usr/bin/nvidia-smi -L >/dev/null 2>&1 || true
+if ! grep -q '"nvswitch": *true' /etc/gpuops-lab/gpus.json 2>/dev/null; then
+    echo "nv-fabricmanager: no NVSwitch devices found (gpuops lab stand-in)" >&2; exit 1
+fi
+loaded=$(sed -n 's/^NVRM version:.*  \\([0-9][0-9.]*\\)  .*/\\1/p' /run/gpuops-lab/nvidia-version 2>/dev/null)
+if [ "$loaded" != "{driver}" ]; then
+    echo "nv-fabricmanager: fabric manager version {driver} does not match the loaded driver '$loaded'" >&2; exit 1
+fi"""
+
+UNIT = """[Unit]
+Description={description}
+{after}
+[Service]
+Type=simple
+ExecStart={exec_start}
+TimeoutStopSec=5
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+MAINTSCRIPT = """#!/bin/sh
+set -e
+if [ -d /run/systemd/system ]; then
+    {stop}systemctl daemon-reload >/dev/null 2>&1 || true
+fi
+"""
+
+
+def fill(text: str, values: dict) -> str:
+    return text.format(**values) if values else text
+
+
+def expand(spec: dict) -> list[dict]:
+    """Every package to build: name, version, description, relations, contents, placeholder values."""
+    packages = []
+    for release in spec["driver_releases"]:
+        values = {k: str(v) for k, v in release.items()}
+        for template in spec["driver_packages"]:
+            package = {
+                "name": fill(template["name"], values),
+                "version": f"{release['driver']}-1",
+                "description": fill(template["description"], values),
+                "values": values,
+            }
+            for key in ("depends", "provides", "conflicts"):
+                package[key] = [fill(item, values) for item in template.get(key, [])]
+            package["contents"] = template.get("contents", [])
+            packages.append(package)
+    for item in spec["packages"]:
+        packages.append(
+            {
+                "name": item["name"],
+                "version": item["version"],
+                "description": item["description"],
+                "depends": item.get("depends", []),
+                "provides": item.get("provides", []),
+                "conflicts": item.get("conflicts", []),
+                "contents": item.get("contents", []),
+                "values": {"driver": item["version"].split(":")[-1].split("-")[0]},
+            }
+        )
+    names = [(p["name"], p["version"]) for p in packages]
+    duplicates = {n for n in names if names.count(n) > 1}
+    if duplicates:
+        raise SystemExit(f"build-repo: duplicate packages in spec.yml: {sorted(duplicates)}")
+    return packages
+
+
+def write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    path.chmod(mode)
+
+
+def add_service(staging: Path, unit: str, description: str, daemon: str, after: str = "") -> None:
+    write(staging / "usr/lib/gpuops-lab" / unit.replace(".service", ""), daemon, 0o755)
+    exec_start = "/usr/lib/gpuops-lab/" + unit.replace(".service", "")
+    write(
+        staging / "lib/systemd/system" / unit,
+        UNIT.format(description=description, after=after, exec_start=exec_start),
+    )
+    write(staging / "DEBIAN/postinst", MAINTSCRIPT.format(stop=""), 0o755)
+    stop = f'[ "$1" = remove ] && systemctl stop {unit} >/dev/null 2>&1 || true\n    '
+    write(staging / "DEBIAN/prerm", MAINTSCRIPT.format(stop=stop), 0o755)
+    write(staging / "DEBIAN/postrm", MAINTSCRIPT.format(stop=""), 0o755)
+
+
+def stage_contents(staging: Path, package: dict) -> None:
+    values = package["values"]
+    driver = values.get("driver", "")
+    for content in package["contents"]:
+        if content == "nvml":
+            driver_json = json.dumps({"version": driver, "cuda": values["cuda"]}) + "\n"
+            write(staging / "usr/share/gpuops-lab/driver.json", driver_json)
+        elif content == "nvidia-smi":
+            write(staging / "usr/bin/nvidia-smi", SIMULATOR.read_text(encoding="utf-8"), 0o755)
+            (staging / "usr/sbin").mkdir(parents=True, exist_ok=True)
+            (staging / "usr/sbin/gpuops-lab-fault").symlink_to("../bin/nvidia-smi")
+        elif content in ("kernel-open", "kernel-proprietary"):
+            flavour = content.split("-", 1)[1]
+            write(staging / "usr/share/gpuops-lab/kernel-module.json", json.dumps({"flavour": flavour}) + "\n")
+        elif content == "persistenced":
+            daemon = DAEMON.format(
+                name="nvidia-persistenced",
+                version=driver,
+                ready="persistenced-ready",
+                precheck="/usr/bin/nvidia-smi -L >/dev/null 2>&1 || true",
+            )
+            add_service(staging, "nvidia-persistenced.service", "NVIDIA Persistence Daemon (gpuops lab)", daemon)
+        elif content == "fabricmanager":
+            daemon = DAEMON.format(
+                name="nv-fabricmanager",
+                version=driver,
+                ready="fabricmanager-ready",
+                precheck=FM_PRECHECK.format(driver=driver),
+            )
+            after = "After=network-online.target nvidia-persistenced.service\n"
+            add_service(
+                staging, "nvidia-fabricmanager.service", "NVIDIA fabric manager service (gpuops lab)", daemon, after
+            )
+        elif content == "dcgm":
+            daemon = DAEMON.format(name="nv-hostengine", version=driver, ready="nv-hostengine-ready", precheck=":")
+            add_service(staging, "nvidia-dcgm.service", "NVIDIA DCGM service (gpuops lab nv-hostengine)", daemon)
+        else:
+            raise SystemExit(f"build-repo: unknown contents {content!r} for {package['name']}")
+
+
+def build_deb(package: dict, out_dir: Path, arch: str, work: Path) -> Path:
+    staging = work / f"{package['name']}_{package['version']}"
+    staging.mkdir()
+    stage_contents(staging, package)
+    write(
+        staging / f"usr/share/doc/{package['name']}/README.gpuops-lab",
+        "Stand-in package built by extensions/molecule/lab/packages/build-repo for the gpuops lab.\n",
+    )
+    control = [
+        f"Package: {package['name']}",
+        f"Version: {package['version']}",
+        f"Architecture: {arch}",
+        "Maintainer: gpuops lab <lab@gpuops.invalid>",
+        "Section: non-free/libs",
+        "Priority: optional",
+    ]
+    for key in ("depends", "provides", "conflicts"):
+        if package[key]:
+            control.append(f"{key.capitalize()}: {', '.join(package[key])}")
+    control.append(f"Description: {package['description']}")
+    write(staging / "DEBIAN/control", "\n".join(control) + "\n")
+    version = package["version"].split(":")[-1]
+    deb = out_dir / f"{package['name']}_{version}_{arch}.deb"
+    subprocess.run(
+        ["dpkg-deb", "--root-owner-group", "-Zgzip", "-z1", "--build", str(staging), str(deb)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return deb
+
+
+def gpg(home: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["gpg", "--homedir", str(home), "--batch", "--quiet", "--no-tty", *args],
+        check=True,
+        capture_output=True,
+        **kwargs,
+    )
+
+
+def ensure_key(home: Path, uid: str) -> None:
+    if (home / "pubring.kbx").exists() and gpg(home, "--list-secret-keys", "--with-colons").stdout:
+        return
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    gpg(home, "--passphrase", "", "--quick-gen-key", uid, "ed25519", "sign", "never")
+
+
+def release_file(dist: Path, arch: str) -> str:
+    lines = [
+        "Origin: gpuops lab",
+        "Label: gpuops lab stand-in NVIDIA repository",
+        "Codename: gpuops-lab",
+        f"Date: {formatdate(usegmt=True)}",
+        f"Architectures: {arch}",
+        "Description: stand-in NVIDIA CUDA repository for the gpuops lab (not NVIDIA software)",
+    ]
+    for field, algorithm in (("MD5Sum", "md5"), ("SHA256", "sha256")):
+        lines.append(f"{field}:")
+        for name in ("Packages", "Packages.gz"):
+            data = (dist / name).read_bytes()
+            lines.append(f" {hashlib.new(algorithm, data).hexdigest()} {len(data):>16} {name}")
+    return "\n".join(lines) + "\n"
+
+
+def resolver_check(spec: dict, built: set[tuple[str, str]]) -> int:
+    """Ask the resolver for every lab stack; fail when it names a package the repository lacks."""
+    sys.path.insert(0, str(ROOT / ".collections"))
+    try:
+        stack_resolver = importlib.import_module(
+            "ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_resolver"
+        )
+    except ImportError as error:
+        print(f"build-repo: resolver not importable ({error}); names not cross-checked", file=sys.stderr)
+        return 0
+    problems = []
+    for stack in spec["lab_stacks"]:
+        try:
+            result = stack_resolver.resolve(
+                stack["request"], "Debian", "12", stack["gpu"], nvswitch=stack.get("nvswitch")
+            )
+        except Exception as error:  # the resolver refusing a lab stack is a spec error too
+            problems.append(f"{stack['gpu']} {stack['request']}: the resolver refuses it: {error}")
+            continue
+        for package in result["packages"]:
+            if (package["name"], str(package["version"])) not in built:
+                problems.append(f"{stack['gpu']} {stack['request']}: {package['name']}={package['version']}")
+    if problems:
+        raise SystemExit(
+            "build-repo: the resolver names packages the lab repository does not build; "
+            "fix extensions/molecule/lab/packages/spec.yml:\n  " + "\n  ".join(problems)
+        )
+    return len(spec["lab_stacks"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--state", type=Path, default=ROOT / ".lab")
+    parser.add_argument("--spec", type=Path, default=HERE / "spec.yml")
+    parser.add_argument("--no-resolver-check", action="store_true")
+    args = parser.parse_args()
+
+    spec = yaml.safe_load(args.spec.read_text(encoding="utf-8"))
+    arch = subprocess.run(["dpkg", "--print-architecture"], check=True, capture_output=True, text=True).stdout.strip()
+    packages = expand(spec)
+    built = {(p["name"], p["version"]) for p in packages}
+    checked = 0 if args.no_resolver_check else resolver_check(spec, built)
+
+    state = args.state.resolve()
+    repo = state / "repo"
+    dist = repo / spec["path"]
+    dist.mkdir(parents=True, exist_ok=True)
+    for old in dist.iterdir():  # keep the directories: the repository node bind-mounts repo/
+        if old.is_file():
+            old.unlink()
+    with tempfile.TemporaryDirectory(dir=state) as work:
+        for package in packages:
+            build_deb(package, dist, arch, Path(work))
+
+    scan = subprocess.run(
+        ["dpkg-scanpackages", "--multiversion", "."], cwd=dist, check=True, capture_output=True, text=True
+    )
+    (dist / "Packages").write_text(scan.stdout, encoding="utf-8")
+    with gzip.open(dist / "Packages.gz", "wt", encoding="utf-8", compresslevel=6) as handle:
+        handle.write(scan.stdout)
+    (dist / "Release").write_text(release_file(dist, arch), encoding="utf-8")
+
+    home, wrong_home = state / "gnupg", state / "gnupg-wrong"
+    ensure_key(home, KEY_UID)
+    ensure_key(wrong_home, WRONG_KEY_UID)
+    gpg(home, "--yes", "--clearsign", "--output", str(dist / "InRelease"), str(dist / "Release"))
+    gpg(home, "--yes", "--armor", "--detach-sign", "--output", str(dist / "Release.gpg"), str(dist / "Release"))
+    keys = repo / "keys"
+    keys.mkdir(exist_ok=True)
+    (keys / "gpuops-lab-archive-keyring.gpg").write_bytes(gpg(home, "--export").stdout)
+    (keys / "gpuops-lab-archive-keyring.asc").write_bytes(gpg(home, "--armor", "--export").stdout)
+    (keys / "gpuops-lab-wrong-keyring.gpg").write_bytes(gpg(wrong_home, "--export").stdout)
+    shutil.copyfile(keys / "gpuops-lab-archive-keyring.gpg", repo / "gpuops-lab-archive-keyring.gpg")
+    print(f"build-repo: {len(packages)} packages in {dist.relative_to(ROOT)}; {checked} lab stacks cross-checked")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

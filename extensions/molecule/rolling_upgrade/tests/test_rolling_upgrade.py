@@ -1,0 +1,511 @@
+"""playbooks/rolling_upgrade.yml on the lab with a real Slurm 22.05 (molecule verify).
+
+The scenario converged four L40S lab nodes (ru-gpu1 the canary) on driver 550.127.05 with slurmd,
+and a controller ru-ctl. The cases run in file order, each on the state the one before left:
+
+1. healthy rollout to 550.127.08 with a real job on the canary and ru-gpu3 drained by someone else:
+   canary first, no more than max_unavailable nodes out at once, every node on the new packages,
+   resumed, the job completed, the foreign drain and its reason kept;
+2. unhealthy canary on the way to the R580 branch (580.65.06): a fault injected through the
+   simulator's ``gpuops-lab-fault`` right after the canary's packages change (an apt hook keyed to
+   the driver version) fails its gate: the run halts, the canary stays drained with a reason naming
+   the run, no other node is touched;
+3. abort mid-run, then re-run (to 580.65.06, waves of two): the canary's fault is cleared and the
+   next run finishes its pending upgrade from case 2 first; then a job outlasting the drain timeout
+   on ru-gpu3 halts the run after its wave with ru-gpu3's upgrade pending (ru-gpu2, in the same
+   wave, done; ru-gpu4 not reached);
+   once the job is gone the re-run (one wave of two: the canary is done) finishes ru-gpu3 and
+   ru-gpu4 without touching the canary or ru-gpu2 again.
+
+4. failure in a later wave with ``gpuops_upgrade_on_failure: rollback``: the fleet, now on R580, is
+   moved back to 550.127.08 in waves of one; ru-gpu2's gate fails on a fault injected the same way
+   (keyed to 550.127.08): the run rolls it back to the stack its fact recorded (580.65.06, CUDA
+   13.0, NCCL 2.27.7), gates it clean, returns it to service and halts; ru-gpu3 and ru-gpu4 are
+   not touched;
+5. jobs outlasting the drain with ``gpuops_upgrade_on_drain_timeout: continue`` (to 550.127.08, the
+   canary already there): ru-gpu2, in the first wave, stays drained with the reason and is not
+   upgraded; the run goes on to ru-gpu3 and ru-gpu4 and ends ``partial``, naming ru-gpu2.
+
+Every run goes through tests/integration/playbook_run.run_playbook (ansible-runner) with the
+scenario's inventory; assertions read the run's events, its audit report and the nodes (dpkg-query,
+sinfo --json, scontrol). Nothing asserts on durations; wall times, module calls per node and the
+time from the canary's failed gate to the halt are written to ``.lab/rolling_upgrade_measures.json``
+for the issue's note.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[4]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from tests.integration.playbook_run import PlaybookRun, run_playbook
+
+with open(os.environ["MOLECULE_INVENTORY_FILE"], encoding="utf-8") as _handle:
+    _INVENTORY = yaml.safe_load(_handle)
+INVENTORY_DIR = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
+NODES = sorted(_INVENTORY["gpu_nodes"]["hosts"])
+CANARY = sorted(_INVENTORY["canary"]["hosts"])[0]
+CONTROLLER = sorted(_INVENTORY["slurm_controller"]["hosts"])[0]
+# in the lab's git-ignored state folder: molecule's ephemeral folder goes with `destroy`
+MEASURES = REPO / ".lab" / "rolling_upgrade_measures.json"
+
+OLD, NEW, BRANCH = "550.127.05", "550.127.08", "580.65.06"
+STACK = {
+    OLD: {"driver": OLD, "cuda": "12.4", "nccl": "2.21.5"},
+    NEW: {"driver": NEW, "cuda": "12.4", "nccl": "2.21.5"},
+    BRANCH: {"driver": BRANCH, "cuda": "13.0", "nccl": "2.27.7"},
+}
+DRIVER_PACKAGES = ["nvidia-driver", "libnvidia-ml1", "nvidia-smi", "libcuda1"]
+DRAIN = "Drain the node in Slurm and wait for its jobs"
+SURVEY_DECISION = "Decide whether the node is upgraded, skipped or left out"
+PLAY = "Upgrade wave by wave"
+FOREIGN_NODE = NODES[2]
+FOREIGN_REASON = "LAB-42 fan replacement, do not resume"
+FAULT_HOOK = "/etc/apt/apt.conf.d/99gpuops-lab-fault"
+# A job that runs until this file appears on its node: it is running whenever the drain starts, on
+# a fast or a slow machine, and ends (COMPLETED) soon after, so the drain's wait is real and short.
+RELEASE = "/var/tmp/gpuops-lab-job-release"
+UNTIL_RELEASED = f"while [ ! -e {RELEASE} ]; do sleep 1; done"
+# After every dpkg run: an uncorrectable ECC error on GPU 0 while the faulty driver is installed,
+# no fault otherwise (so a rollback to the other driver gates clean).
+FAULT_HOOK_TEXT = (
+    'DPkg::Post-Invoke {"if grep -qF %s /usr/share/gpuops-lab/driver.json; '
+    'then gpuops-lab-fault ecc --gpu 0 >/dev/null; else gpuops-lab-fault clear >/dev/null; fi || true";};\n'
+)
+
+
+def sh(node: str, *argv: str, check: bool = True) -> str:
+    done = subprocess.run(["podman", "exec", node, *argv], capture_output=True, text=True, check=False)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{node}: {' '.join(argv)} exited {done.returncode}: {done.stderr}")
+    return done.stdout
+
+
+def installed(node: str) -> dict[str, str]:
+    fmt = "${Package} ${Version} ${db:Status-Abbrev}\\n"
+    out = sh(node, "dpkg-query", "-W", "-f", fmt, *DRIVER_PACKAGES, check=False)
+    rows = [line.split() for line in out.splitlines()]
+    return {row[0]: row[1] for row in rows if len(row) == 3 and row[2][1:2] == "i"}  # ii or hi (held)
+
+
+def slurm_nodes() -> dict[str, dict]:
+    data = json.loads(sh(CONTROLLER, "sinfo", "--json"))
+    return {n["name"]: n for n in data["nodes"]}
+
+
+def drained(node: dict) -> bool:
+    return "DRAIN" in [flag.upper() for flag in node.get("state_flags") or []]
+
+
+def wait_for(what, predicate, timeout: float = 120.0):
+    """Poll until ``predicate()`` is truthy (a state wait, never an assertion on time)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            assert value, f"still waiting for {what}"
+            return value
+        time.sleep(2)
+
+
+def submit_job(node: str, command: str) -> str:
+    job = sh(CONTROLLER, "sbatch", "--parsable", f"--nodelist={node}", "--wrap", command).strip()
+    wait_for(f"job {job} running", lambda: sh(CONTROLLER, "squeue", "-h", "-j", job, "-o", "%T").strip() == "RUNNING")
+    return job
+
+
+def release_when_draining(node: str) -> threading.Thread:
+    """Let the job of ``until_released`` on ``node`` end a few seconds after its drain starts."""
+
+    def release():
+        try:
+            wait_for(f"{node} draining", lambda: drained(slurm_nodes()[node]), timeout=600)
+            time.sleep(3)
+        finally:
+            sh(node, "touch", RELEASE, check=False)
+
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
+    return thread
+
+
+def job_state(job: str) -> str:
+    out = sh(CONTROLLER, "scontrol", "show", "job", job)
+    return out.split("JobState=", 1)[1].split()[0]
+
+
+def upgrade(workdir: Path, name: str, target: str, **settings) -> tuple[PlaybookRun, dict, float]:
+    report = workdir / f"{name}.json"
+    extravars = {
+        "gpuops_stack": STACK[target],
+        "gpuops_upgrade_report_path": str(report),
+        "gpuops_upgrade_run_id": f"{name}-{datetime.datetime.now(datetime.timezone.utc):%H%M%S}",
+        **settings,
+    }
+    start = time.monotonic()
+    run = run_playbook("rolling_upgrade.yml", INVENTORY_DIR, workdir / name, extravars=extravars)
+    wall = round(time.monotonic() - start, 1)
+    audit = json.loads(report.read_text()) if report.exists() else {}
+    return run, audit, wall
+
+
+def touched(run: PlaybookRun) -> dict[str, int]:
+    """Per node: the upgrade play's tasks that ran (not skipped) for it."""
+    return run.tasks_run(PLAY)
+
+
+def record(key: str, value) -> None:
+    measures = json.loads(MEASURES.read_text()) if MEASURES.exists() else {}
+    measures[key] = value
+    MEASURES.write_text(json.dumps(measures, indent=2, sort_keys=True) + "\n")
+
+
+def event_time(run: PlaybookRun, task: str, host: str) -> datetime.datetime:
+    for event in run.events:
+        data = event.get("event_data", {})
+        if event.get("event", "").startswith("runner_on_") and data.get("task") == task and data.get("host") == host:
+            return datetime.datetime.fromisoformat(event["created"])
+    raise AssertionError(f"no result of {task!r} on {host}")
+
+
+@pytest.fixture(scope="module", name="workdir")
+def fixture_workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("rolling_upgrade")
+
+
+@pytest.fixture(scope="module", name="healthy")
+def fixture_healthy(workdir):
+    """Case 1 (and the foreign drain): one healthy rollout OLD -> NEW, waves [canary, 1, 2]."""
+    assert all(installed(node)["nvidia-driver"].startswith(OLD) for node in NODES), "converge must leave OLD"
+    sh(CONTROLLER, "scontrol", "update", f"nodename={FOREIGN_NODE}", "state=drain", f"reason={FOREIGN_REASON}")
+    sh(CANARY, "rm", "-f", RELEASE)
+    job = submit_job(CANARY, UNTIL_RELEASED)
+    release = release_when_draining(CANARY)
+    # the drain timeout only bounds a broken release: the job ends seconds after the drain starts
+    run, audit, wall = upgrade(
+        workdir,
+        "healthy",
+        NEW,
+        gpuops_upgrade_waves=[1, 2],
+        gpuops_upgrade_max_unavailable=2,
+        gpuops_upgrade_drain_timeout=300,
+    )
+    release.join(timeout=30)
+    sh(CANARY, "rm", "-f", RELEASE)
+    state = {"job": job, "job_state": job_state(job), "slurm": slurm_nodes()}
+    state["installed"] = {n: installed(n) for n in NODES}
+    record("healthy_rollout_waves_1_2_wall_s", wall)
+    record("tasks_run_per_node_healthy", touched(run))
+    record("module_calls_per_node_healthy", run.module_calls(PLAY))
+    # its owner is done with it: back in service for the next cases
+    sh(CONTROLLER, "scontrol", "update", f"nodename={FOREIGN_NODE}", "state=resume", check=False)
+    return run, audit, state
+
+
+def test_healthy_rollout_completes(healthy):
+    run, audit, _unused = healthy
+    assert run.rc == 0, run.stdout[-4000:]
+    assert audit["result"] == "completed"
+    assert {node["host"]: node["status"] for node in audit["nodes"]} == dict.fromkeys(NODES, "upgraded")
+
+
+def test_canary_goes_first_alone(healthy):
+    run, audit, _unused = healthy
+    assert audit["plan"]["waves"][0] == {"canary": True, "hosts": [CANARY], "index": 0, "name": "canary"}
+    order = [r.host for r in run.results_for(play=PLAY, task=DRAIN)]
+    assert order[0] == CANARY
+    assert sorted(order) == NODES
+    canary_done = event_time(run, "Record the node as upgraded", CANARY)
+    for node in NODES[1:]:
+        assert event_time(run, DRAIN, node) > canary_done
+
+
+def test_no_more_than_max_unavailable_out_at_once(healthy):
+    _unused, audit, _unused = healthy
+    assert audit["plan"]["batch_sizes"] == [1, 1, 2]
+    assert all(len(wave["hosts"]) <= 2 for wave in audit["plan"]["waves"])
+    # out of service from the drain to the end of the node's part, as the nodes recorded it
+    spans = [(node["timings"]["drain_started"], node["timings"]["finished"]) for node in audit["nodes"]]
+    for start, _unused in spans:
+        assert sum(1 for s, f in spans if s <= start <= f) <= 2
+
+
+def test_the_canary_is_gated_at_extended_the_others_at_standard(healthy):
+    _unused, audit, _unused = healthy
+    levels = {node["host"]: [gate["level"] for gate in node["gates"]] for node in audit["nodes"]}
+    assert levels == {CANARY: ["extended"], **{node: ["standard"] for node in NODES[1:]}}
+
+
+def test_every_node_on_the_new_stack_and_loaded(healthy):
+    _unused, audit, state = healthy
+    for node in NODES:
+        assert {p: v.split("-")[0] for p, v in state["installed"][node].items()} == dict.fromkeys(DRIVER_PACKAGES, NEW)
+        assert NEW in sh(node, "cat", "/run/gpuops-lab/nvidia-version")
+    assert {node["host"]: node["after"]["loaded_version"] for node in audit["nodes"]} == dict.fromkeys(NODES, NEW)
+
+
+def test_the_canary_drain_waited_for_the_job_which_completed(healthy):
+    run, _unused, state = healthy
+    drain = run.results_for(play=PLAY, task=DRAIN, host=CANARY)[0].result
+    assert drain["action"] == "drain"
+    assert drain["ours"]
+    assert drain["waited"] > 0, "the job was running when the drain started: the module must have waited"
+    assert not drain["timed_out"]
+    assert state["job_state"] == "COMPLETED"
+
+
+def test_nodes_resumed_and_the_foreign_drain_kept(healthy):
+    run, audit, state = healthy
+    for name in NODES:
+        node = state["slurm"][name]
+        if name == FOREIGN_NODE:
+            assert drained(node)
+            assert node["reason"] == FOREIGN_REASON
+        else:
+            assert not drained(node), node
+            assert node["state"].lower() in {"idle", "mixed", "allocated"}, node
+    record_ = next(node for node in audit["nodes"] if node["host"] == FOREIGN_NODE)
+    assert record_["drain"]["ours"] is False
+    assert record_["drain"]["pre_existing"] is True
+    resumed = run.results_for(play=PLAY, task="Resume the node in Slurm (only a drain of ours)", host=FOREIGN_NODE)
+    assert [r.event for r in resumed] == ["runner_on_skipped"]
+
+
+@pytest.fixture(scope="module", name="unhealthy_canary")
+def fixture_unhealthy_canary(workdir, healthy):
+    """Case 2: to the R580 branch; the canary's gate fails on an ECC fault injected after its packages change."""
+    assert healthy[0].rc == 0
+    sh(CANARY, "sh", "-c", f"printf '%s' {shell_quote(FAULT_HOOK_TEXT % BRANCH)} > {FAULT_HOOK}")
+    before = {n: installed(n) for n in NODES}
+    try:
+        run, audit, wall = upgrade(
+            workdir, "canary_fault", BRANCH, gpuops_upgrade_waves=[1, 2], gpuops_upgrade_max_unavailable=2
+        )
+        state = {"before": before, "after": {n: installed(n) for n in NODES}, "slurm": slurm_nodes()}
+    finally:
+        sh(CANARY, "rm", "-f", FAULT_HOOK)
+        sh(CANARY, "gpuops-lab-fault", "clear")
+    record("canary_fault_run_wall_s", wall)
+    gate = event_time(run, "Health gate", CANARY)
+    halt = event_time(run, "Fail the run when it halted", "localhost")
+    record("canary_failed_gate_to_halt_s", round((halt - gate).total_seconds(), 2))
+    return run, audit, state
+
+
+def shell_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def test_unhealthy_canary_halts_the_run(unhealthy_canary):
+    run, audit, _unused = unhealthy_canary
+    assert run.rc != 0
+    assert audit["result"] == "halted"
+    assert audit["halted_by"]["host"] == CANARY
+    assert "health gate" in audit["halted_by"]["reason"]
+    assert "ecc" in audit["halted_by"]["reason"].lower()
+
+
+def test_no_other_node_touched_after_the_canary_failed(unhealthy_canary):
+    run, _unused, state = unhealthy_canary
+    assert set(touched(run)) == {CANARY}
+    for node in NODES:
+        if node != CANARY:
+            assert state["after"][node] == state["before"][node]
+            assert not drained(state["slurm"][node])
+    assert state["after"][CANARY]["nvidia-driver"].startswith(BRANCH)
+
+
+def test_failed_canary_stays_drained_with_the_run_in_its_reason(unhealthy_canary):
+    _unused, audit, state = unhealthy_canary
+    node = state["slurm"][CANARY]
+    assert drained(node)
+    assert node["reason"].startswith(f"gpuops-upgrade[{audit['run_id']}]: failed")
+
+
+@pytest.fixture(scope="module", name="aborted")
+def fixture_aborted(workdir, unhealthy_canary):
+    """Case 3: to the R580 branch in waves of two; a job outlasting the drain timeout halts at ru-gpu3."""
+    assert unhealthy_canary[1]["result"] == "halted"
+    # the canary's operator cleared its fault (fixture above) and returns it to service
+    sh(CONTROLLER, "scontrol", "update", f"nodename={CANARY}", "state=resume")
+    wait_for(f"{CANARY} back in service", lambda: not drained(slurm_nodes()[CANARY]))
+    blocked = NODES[2]
+    job = submit_job(blocked, "sleep 3600")
+    settings = {
+        "gpuops_upgrade_waves": [2],
+        "gpuops_upgrade_max_unavailable": 2,
+        "gpuops_upgrade_drain_timeout": 10,
+        "gpuops_upgrade_on_drain_timeout": "halt",
+    }
+    first, first_audit, _unused = upgrade(workdir, "aborted", BRANCH, **settings)
+    state = {"slurm": slurm_nodes(), "installed": {n: installed(n) for n in NODES}}
+    sh(CONTROLLER, "scancel", job)
+    wait_for(f"job {job} gone from {blocked}", lambda: slurm_nodes()[blocked]["state"].lower() != "allocated")
+    # the canary is on the target already: no canary wave; the two nodes left go together
+    rerun, rerun_audit, wall = upgrade(workdir, "rerun", BRANCH, **settings)
+    record("rerun_one_wave_of_2_wall_s", wall)
+    record("module_calls_per_node_rerun", rerun.module_calls(PLAY))
+    after = {"slurm": slurm_nodes(), "installed": {n: installed(n) for n in NODES}}
+    return blocked, (first, first_audit, state), (rerun, rerun_audit, after)
+
+
+def test_abort_leaves_the_blocked_node_drained_and_pending(aborted):
+    blocked, (run, audit, state), _unused = aborted
+    assert run.rc != 0
+    assert audit["halted_by"]["host"] == blocked
+    assert audit["halted_by"]["status"] == "drain_timeout"
+    statuses = {node["host"]: node["status"] for node in audit["nodes"]}
+    # the canary's upgrade of case 2 was pending (it failed its gate): this run finished it first
+    assert statuses == {CANARY: "upgraded", NODES[1]: "upgraded", blocked: "drain_timeout", NODES[3]: "not_reached"}
+    assert audit["plan"]["batch_sizes"] == [1, 2, 1]
+    decision = run.results_for(play="Survey the fleet before the rolling upgrade", task=SURVEY_DECISION, host=CANARY)
+    assert decision[0].result["ansible_facts"]["gpuops_upgrade_decision"]["reason"].startswith("resume: ")
+    assert state["installed"][CANARY]["nvidia-driver"].startswith(BRANCH)
+    assert state["installed"][NODES[1]]["nvidia-driver"].startswith(BRANCH)
+    assert state["installed"][blocked]["nvidia-driver"].startswith(NEW)
+    assert NODES[3] not in touched(run)
+    assert state["installed"][NODES[3]]["nvidia-driver"].startswith(NEW)
+    node = state["slurm"][blocked]
+    assert drained(node)
+    assert node["reason"].startswith(f"gpuops-upgrade[{audit['run_id']}]: jobs still running")
+
+
+def test_rerun_finishes_without_touching_finished_nodes(aborted):
+    blocked, _unused, (run, audit, after) = aborted
+    assert run.rc == 0, run.stdout[-4000:]
+    assert audit["result"] == "completed"
+    statuses = {node["host"]: node["status"] for node in audit["nodes"]}
+    assert statuses == {CANARY: "skipped", NODES[1]: "skipped", blocked: "upgraded", NODES[3]: "upgraded"}
+    assert set(touched(run)) == {blocked, NODES[3]}
+    assert sorted(r.host for r in run.results_for(play=PLAY, task=DRAIN)) == [blocked, NODES[3]]
+    assert audit["plan"]["batch_sizes"] == [2]
+    for name in NODES:
+        assert after["installed"][name]["nvidia-driver"].startswith(BRANCH)
+        assert not drained(after["slurm"][name]), after["slurm"][name]
+
+
+@pytest.fixture(scope="module", name="rolled_back")
+def fixture_rolled_back(workdir, aborted):
+    """Case 4: BRANCH -> NEW in waves of one, rollback on failure; NODES[1] fails its gate on NEW."""
+    assert aborted[2][0].rc == 0
+    failing = NODES[1]
+    sh(failing, "sh", "-c", f"printf '%s' {shell_quote(FAULT_HOOK_TEXT % NEW)} > {FAULT_HOOK}")
+    before = {n: installed(n) for n in NODES}
+    try:
+        run, audit, wall = upgrade(
+            workdir,
+            "rollback",
+            NEW,
+            gpuops_upgrade_waves=[1],
+            gpuops_upgrade_max_unavailable=1,
+            gpuops_upgrade_on_failure="rollback",
+        )
+        state = {
+            "before": before,
+            "after": {n: installed(n) for n in NODES},
+            "slurm": slurm_nodes(),
+            "loaded": sh(failing, "cat", "/run/gpuops-lab/nvidia-version"),
+            "fact": json.loads(sh(failing, "cat", "/etc/ansible/facts.d/gpuops_stack.fact")),
+        }
+    finally:
+        sh(failing, "rm", "-f", FAULT_HOOK)
+        sh(failing, "gpuops-lab-fault", "clear")
+    record("rollback_run_wall_s", wall)
+    return failing, run, audit, state
+
+
+def test_rollback_halts_the_run_at_the_failed_node(rolled_back):
+    failing, run, audit, _unused = rolled_back
+    assert run.rc != 0
+    assert audit["result"] == "halted"
+    assert audit["halted_by"]["host"] == failing
+    assert audit["halted_by"]["status"] == "rolled_back"
+    statuses = {node["host"]: node["status"] for node in audit["nodes"]}
+    assert statuses == {CANARY: "upgraded", failing: "rolled_back", NODES[2]: "not_reached", NODES[3]: "not_reached"}
+
+
+def test_rollback_returns_the_node_to_the_previous_stack_gated(rolled_back):
+    failing, _unused, audit, state = rolled_back
+    assert state["before"][failing]["nvidia-driver"].startswith(BRANCH)
+    assert {p: v.split("-")[0] for p, v in state["after"][failing].items()} == dict.fromkeys(DRIVER_PACKAGES, BRANCH)
+    assert BRANCH in state["loaded"]
+    node = next(node for node in audit["nodes"] if node["host"] == failing)
+    assert node["after"] == {"driver_version": BRANCH, "loaded_version": BRANCH}
+    assert [(gate["phase"], gate["healthy"]) for gate in node["gates"]] == [("gate", False), ("rollback_gate", True)]
+    assert any("ecc" in failure.lower() for failure in node["gates"][0]["failed"])
+    fact = state["fact"]
+    assert fact["pending"] is None
+    assert fact["current"]["driver_version"] == BRANCH
+    assert fact["current"]["resolved"]["cuda_version"] == STACK[BRANCH]["cuda"]
+    assert fact["history"][-1]["result"] == "rolled_back"
+
+
+def test_rolled_back_node_back_in_service_and_later_waves_untouched(rolled_back):
+    failing, run, _unused, state = rolled_back
+    assert not drained(state["slurm"][failing]), state["slurm"][failing]
+    assert set(touched(run)) == {CANARY, failing}
+    assert state["after"][CANARY]["nvidia-driver"].startswith(NEW)
+    for name in NODES[2:]:
+        assert state["after"][name] == state["before"][name]
+        assert not drained(state["slurm"][name])
+
+
+@pytest.fixture(scope="module", name="continued")
+def fixture_continued(workdir, rolled_back):
+    """Case 5: on_drain_timeout=continue; a job holds ru-gpu2 past its drain timeout."""
+    failing, _unused, audit, _unused = rolled_back
+    assert audit["result"] == "halted"
+    blocked = failing  # back in service on BRANCH after its rollback
+    job = submit_job(blocked, "sleep 3600")
+    try:
+        run, audit, wall = upgrade(
+            workdir,
+            "continue",
+            NEW,
+            gpuops_upgrade_waves=[1, 2],
+            gpuops_upgrade_max_unavailable=2,
+            gpuops_upgrade_drain_timeout=10,
+            gpuops_upgrade_on_drain_timeout="continue",
+        )
+        state = {"slurm": slurm_nodes(), "installed": {n: installed(n) for n in NODES}}
+    finally:
+        sh(CONTROLLER, "scancel", job, check=False)
+    record("continue_run_wall_s", wall)
+    return blocked, run, audit, state
+
+
+def test_continue_leaves_the_blocked_node_drained_and_goes_on(continued):
+    blocked, run, audit, state = continued
+    assert run.rc == 0, run.stdout[-4000:]
+    assert audit["plan"]["batch_sizes"] == [1, 2]
+    assert audit["plan"]["waves"][0]["hosts"] == [blocked]
+    statuses = {node["host"]: node["status"] for node in audit["nodes"]}
+    assert statuses == {CANARY: "skipped", blocked: "drain_timeout", NODES[2]: "upgraded", NODES[3]: "upgraded"}
+    assert state["installed"][blocked]["nvidia-driver"].startswith(BRANCH)
+    for name in NODES[2:]:
+        assert state["installed"][name]["nvidia-driver"].startswith(NEW)
+        assert not drained(state["slurm"][name])
+    node = state["slurm"][blocked]
+    assert drained(node)
+    assert node["reason"].startswith(f"gpuops-upgrade[{audit['run_id']}]: jobs still running after 10s")
+
+
+def test_continue_ends_partial_and_names_the_node(continued):
+    blocked, run, audit, _unused = continued
+    assert audit["result"] == "partial"
+    assert audit["halted_by"] is None
+    assert [node["host"] for node in audit["not_upgraded"]] == [blocked]
+    summary = run.results_for(play="Report the rolling upgrade", task="Print the summary")[0].result["msg"]
+    assert f"NOT UPGRADED: {blocked} (drain_timeout); see their reasons above" in summary
