@@ -62,9 +62,9 @@ lab: venv ## build the lab from nothing and run site.yml against it
 lab-down: ## remove the lab nodes
 	extensions/molecule/lab/bin/lab-down
 
-bench: venv ## benchmarks (figures, not timed tests): tests/benchmarks/bench_*.py; BENCH_LAB=1 adds the lab rollouts
+bench: venv ## benchmarks (figures, not timed tests): tests/benchmarks/bench_*.py; BENCH_LAB=1 adds the lab runs
 	@for b in tests/benchmarks/bench_*.py; do \
-	  case $$b in *_rolling_upgrade.py) [ -n "$(BENCH_LAB)" ] || { echo "== $$b: needs the lab; make bench BENCH_LAB=1"; continue; };; esac; \
+	  case $$b in *_rolling_upgrade.py|*_site_rerun.py) [ -n "$(BENCH_LAB)" ] || { echo "== $$b: needs the lab; make bench BENCH_LAB=1"; continue; };; esac; \
 	  echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 build: venv ## ansible-galaxy collection build into build/

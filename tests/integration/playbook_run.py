@@ -46,6 +46,17 @@ CONTROLLER_ONLY = frozenset(
 )
 
 
+# Builtin actions that write one file (or one loop item's file) on the node: each costs a module execution.
+BUILTIN_FILE_ACTIONS = frozenset(
+    {
+        f"{prefix}{name}"
+        for prefix in ("", "ansible.builtin.")
+        for name in ("file", "template", "copy", "lineinfile", "blockinfile", "replace", "stat")
+    }
+)
+ITEM_EVENTS = {"runner_item_on_ok", "runner_item_on_failed"}
+
+
 @dataclass
 class TaskResult:
     """One host's result for one task."""
@@ -125,6 +136,36 @@ class PlaybookRun:
     def module_calls(self, play: str) -> dict[str, int]:
         """Per host: the tasks of ``play`` that ran a module on it (or delegated for it)."""
         return self.tasks_run(play, modules_only=True)
+
+    def executions(self, play: str | None = None) -> dict[str, dict[str, int]]:
+        """Per host: remote module executions, ``{'total': n, 'builtin_file': m}``.
+
+        Unlike :meth:`tasks_run`, every loop item that ran counts as one execution (a loop of
+        three ``file`` items costs three module runs on the node, as the module is shipped and
+        run per item); skipped tasks and items, and controller-only actions, do not count.
+        ``builtin_file`` is the part spent in builtin file actions (BUILTIN_FILE_ACTIONS).
+        """
+        looped = {
+            (e["event_data"].get("task_uuid"), e["event_data"].get("host"))
+            for e in self.events
+            if e.get("event", "").startswith("runner_item_on_")
+        }
+        counts: dict[str, dict[str, int]] = {}
+        for event in self.events:
+            kind = event.get("event")
+            data = event.get("event_data", {})
+            if kind not in TASK_RESULT_EVENTS or (play is not None and data.get("play") != play):
+                continue
+            if data.get("task_action") in CONTROLLER_ONLY or kind == "runner_on_skipped":
+                continue
+            is_item = kind in ITEM_EVENTS
+            if not is_item and (data.get("task_uuid"), data.get("host")) in looped:
+                continue  # the loop's summary: its items were counted
+            host = counts.setdefault(data.get("host", ""), {"total": 0, "builtin_file": 0})
+            host["total"] += 1
+            if data.get("task_action") in BUILTIN_FILE_ACTIONS:
+                host["builtin_file"] += 1
+        return counts
 
     @property
     def changed(self) -> list[TaskResult]:
