@@ -179,13 +179,14 @@ options:
         C(check), C(gpu), C(pci_bus_id)), through a temporary file in the same directory and a rename, mode C(0644).
         The directory must exist.
     type: path
+extends_documentation_fragment:
+  - gpuops.cluster.attributes
+  - gpuops.cluster.attributes.platform
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying the target.
     support: full
     details: Every check runs; the textfile is not written.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: The diff is the Prometheus textfile before and after.
 notes:
@@ -310,23 +311,15 @@ level:
   sample: quick
 """
 
-import datetime
 import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils import managed_file
-from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
-    dcgm_diag,
-    gpu_health,
-    infiniband,
-    kernel_log,
-    nccl_tests,
-    nvidia_smi_xml,
-    nvlink,
-)
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import gpu_health, kernel_log
+from ansible_collections.gpuops.cluster.plugins.module_utils.health.node_reader import NodeReader
 
-_C = {"LC_ALL": "C"}
 _THRESHOLD_SPEC = {
     "temperature_warn": {"type": "int", "default": 85},
     "temperature_fail": {"type": "int"},
@@ -339,8 +332,6 @@ _THRESHOLD_SPEC = {
     "ib_counter_errors": {"type": "int", "default": 0},
     "nccl_busbw_gbps": {"type": "float"},
 }
-SYSTEMD_STATES = ("active", "inactive", "failed", "activating", "deactivating", "reloading", "unknown", "maintenance")
-NCCL_DIRS = ["/usr/local/bin", "/opt/nccl-tests/build", "/usr/local/nccl-tests/build"]
 
 
 def argument_spec():
@@ -370,214 +361,6 @@ def argument_spec():
     )
 
 
-class Reader:
-    """Gathers the inputs of the evaluator, live or from captured files."""
-
-    def __init__(self, module):
-        self.module = module
-        self.params = module.params
-        self.commands = []
-        self.unavailable = {}
-        self.skip = set(self.params["skip_checks"])
-
-    def run(self, argv):
-        self.commands.append(" ".join(argv))
-        return self.module.run_command(argv, environ_update=_C)
-
-    def read_file(self, path, what):
-        try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                return handle.read()
-        except OSError as error:
-            self.module.fail_json(msg="cannot read %s %s: %s. Check the path given." % (what, path, error))
-        return None
-
-    # --- nvidia-smi -----------------------------------------------------------------------------
-    def smi(self):
-        if self.params["nvidia_smi_xml"]:
-            return nvidia_smi_xml.parse(self.read_file(self.params["nvidia_smi_xml"], "nvidia_smi_xml"))
-        path = self.params["nvidia_smi_path"] or self.module.get_bin_path("nvidia-smi")
-        if not path:
-            self.unavailable["smi"] = "nvidia-smi not found: install the NVIDIA driver or set nvidia_smi_path"
-            return None
-        self.smi_path = path
-        rc, out, err = self.run([path, "-q", "-x"])
-        if "<nvidia_smi_log" not in out:
-            self.unavailable["smi"] = "nvidia-smi -q -x failed (rc=%s): %s" % (rc, (err or out).strip()[:300])
-            return None
-        parsed = nvidia_smi_xml.parse(out)
-        if rc != 0:
-            parsed["warnings"].append("nvidia-smi -q -x exited %s: %s" % (rc, (err or "").strip()[:300]))
-        return parsed
-
-    # --- kernel log -----------------------------------------------------------------------------
-    def kernel(self, offline, since):
-        if self.params["kernel_log"]:
-            return kernel_log.parse(self.read_file(self.params["kernel_log"], "kernel_log"), since=since)
-        if offline:
-            self.unavailable["kernel"] = "offline triage without kernel_log"
-            return None
-        if {"xid", "sxid"} <= self.skip or self.params["kernel_log_source"] == "none":
-            self.unavailable["kernel"] = "kernel log not read (kernel_log_source=none or xid/sxid skipped)"
-            return None
-        boot_time = self.boot_time()
-        source = self.params["kernel_log_source"]
-        if source in ("auto", "journalctl"):
-            journalctl = self.module.get_bin_path("journalctl")
-            if journalctl:
-                if since is None:
-                    argv = [journalctl, "-k", "-b", "0", "-o", "short-iso", "--no-pager"]
-                else:
-                    local = since.astimezone().strftime("%Y-%m-%d %H:%M:%S") if since.tzinfo else since.isoformat(" ")
-                    argv = [journalctl, "_TRANSPORT=kernel", "-o", "short-iso", "--no-pager", "--since", local]
-                rc, out, err = self.run(argv)
-                if rc == 0:
-                    return kernel_log.parse(out, since=since, boot_time=boot_time if since is None else None)
-                if source == "journalctl":
-                    self.unavailable["kernel"] = "journalctl failed (rc=%s): %s" % (rc, err.strip()[:300])
-                    return None
-            elif source == "journalctl":
-                self.unavailable["kernel"] = "journalctl not found: use kernel_log_source=dmesg"
-                return None
-        dmesg = self.module.get_bin_path("dmesg")
-        if not dmesg:
-            self.unavailable["kernel"] = "neither journalctl nor dmesg found: pass kernel_log"
-            return None
-        rc, out, err = self.run([dmesg, "-T"])
-        if rc != 0:
-            self.unavailable["kernel"] = "dmesg -T failed (rc=%s): %s. Run as root or pass kernel_log." % (
-                rc,
-                err.strip()[:300],
-            )
-            return None
-        return kernel_log.parse(out, since=since, boot_time=boot_time if since is None else None)
-
-    @staticmethod
-    def boot_time():
-        try:
-            with open("/proc/stat", encoding="ascii") as handle:
-                for line in handle:
-                    if line.startswith("btime "):
-                        return datetime.datetime.fromtimestamp(int(line.split()[1])).astimezone()
-        except (OSError, ValueError):
-            return None
-        return None
-
-    # --- NVLink ---------------------------------------------------------------------------------
-    def nvlink(self, offline, smi):
-        status = errors = None
-        if self.params["nvlink_status"]:
-            status = nvlink.parse_status(self.read_file(self.params["nvlink_status"], "nvlink_status"))
-        if self.params["nvlink_errors"]:
-            errors = nvlink.parse_errors(self.read_file(self.params["nvlink_errors"], "nvlink_errors"))
-        if offline:
-            if status is None:
-                self.unavailable["nvlink_status"] = "offline triage without nvlink_status"
-            if errors is None:
-                self.unavailable["nvlink_errors"] = "offline triage without nvlink_errors"
-            return status, errors
-        if not smi or not smi["gpus"]:
-            self.unavailable["nvlink_status"] = self.unavailable["nvlink_errors"] = "no GPU visible"
-            return status, errors
-        if status is None and "nvlink" not in self.skip:
-            rc, out, err = self.run([self.smi_path, "nvlink", "-s"])
-            if rc == 0:
-                status = nvlink.parse_status(out)
-            else:
-                self.unavailable["nvlink_status"] = "nvidia-smi nvlink -s failed (rc=%s): %s" % (rc, (err or out)[:200])
-        if errors is None and "nvlink_errors" not in self.skip:
-            if self.params["level"] == "quick":
-                self.unavailable["nvlink_errors"] = "NVLink error counters are read from level=standard"
-            else:
-                rc, out, err = self.run([self.smi_path, "nvlink", "-e"])
-                if rc == 0:
-                    errors = nvlink.parse_errors(out)
-                else:
-                    self.unavailable["nvlink_errors"] = "nvidia-smi nvlink -e failed (rc=%s): %s" % (
-                        rc,
-                        (err or out)[:200],
-                    )
-        return status, errors
-
-    # --- InfiniBand, Fabric Manager -------------------------------------------------------------
-    def infiniband(self, offline):
-        root = self.params["infiniband_root"]
-        if offline and not root:
-            self.unavailable["infiniband"] = "offline triage without infiniband_root"
-            return None
-        return infiniband.read_ports(root or "/")
-
-    def fabricmanager(self, offline, smi):
-        fabric_reported = any((gpu.get("fabric") or {}).get("state") for gpu in (smi or {}).get("gpus", []))
-        if self.params["fabricmanager_state"]:
-            return {"required": True, "state": self.params["fabricmanager_state"].strip()}
-        if offline:
-            if fabric_reported:
-                self.unavailable["fabricmanager"] = "offline triage without fabricmanager_state"
-                return None
-            return {"required": False, "reason": "no NVLink fabric reported in the capture"}
-        try:
-            switches = os.listdir("/proc/driver/nvidia-nvswitch/devices")
-        except OSError:
-            switches = []
-        if not switches and not fabric_reported:
-            return {"required": False, "reason": "no NVSwitch on this node"}
-        if "fabricmanager" in self.skip:
-            return None
-        systemctl = self.module.get_bin_path("systemctl")
-        if not systemctl:
-            self.unavailable["fabricmanager"] = "systemctl not found: cannot read the nvidia-fabricmanager state"
-            return None
-        rc, out, err = self.run([systemctl, "is-active", "nvidia-fabricmanager"])
-        state = (out.strip().splitlines() or [""])[0]
-        if state not in SYSTEMD_STATES:
-            self.unavailable["fabricmanager"] = "systemctl is-active nvidia-fabricmanager gave no state (rc=%s): %s" % (
-                rc,
-                (err or out).strip()[:200],
-            )
-            return None
-        return {"required": True, "state": state}
-
-    # --- DCGM and NCCL --------------------------------------------------------------------------
-    def dcgm(self, offline):
-        if self.params["dcgm_diag_json"]:
-            text = self.read_file(self.params["dcgm_diag_json"], "dcgm_diag_json")
-            return {"level": "?", "parsed": dcgm_diag.parse(text)}
-        level = {"standard": "1", "extended": "2"}.get(self.params["level"])
-        if offline or level is None or "dcgm_diag" in self.skip:
-            self.unavailable["dcgm"] = (
-                "offline triage without dcgm_diag_json" if offline else "runs from level=standard"
-            )
-            return None
-        dcgmi = self.module.get_bin_path("dcgmi")
-        if not dcgmi:
-            self.unavailable["dcgm"] = "dcgmi not installed: install datacenter-gpu-manager to run dcgm_diag"
-            return None
-        rc, out, err = self.run([dcgmi, "diag", "-r", level, "-j"])
-        parsed = dcgm_diag.parse(out)
-        if not parsed["results"]:
-            parsed["warnings"].append("rc=%s %s" % (rc, (err or out).strip()[:300]))
-        return {"level": level, "parsed": parsed}
-
-    def nccl(self, offline, smi):
-        if self.params["nccl_output"]:
-            return {"parsed": nccl_tests.parse(self.read_file(self.params["nccl_output"], "nccl_output"))}
-        if offline or self.params["level"] != "extended" or "nccl_busbw" in self.skip:
-            self.unavailable["nccl"] = "offline triage without nccl_output" if offline else "runs at level=extended"
-            return None
-        binary = self.params["all_reduce_perf_path"] or self.module.get_bin_path("all_reduce_perf", opt_dirs=NCCL_DIRS)
-        if not binary:
-            self.unavailable["nccl"] = "nccl-tests all_reduce_perf not installed"
-            return None
-        count = len((smi or {}).get("gpus", [])) or 1
-        rc, out, err = self.run([binary, "-b", "16G", "-e", "16G", "-f", "2", "-g", str(count)])
-        parsed = nccl_tests.parse(out)
-        if rc != 0:
-            parsed["warnings"].append("all_reduce_perf exited %s: %s" % (rc, (err or "").strip()[:300]))
-            parsed["busbw_gbps"] = None
-        return {"parsed": parsed}
-
-
 def _comparable_text(text):
     return "\n".join(line for line in (text or "").splitlines() if "_last_run_timestamp_seconds " not in line)
 
@@ -603,22 +386,16 @@ def write_textfile(module, path, content):
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    use_c_locale(module)
     params = module.params
     offline = bool(params["nvidia_smi_xml"])
     try:
         since = kernel_log.parse_since(params["since"])
     except ValueError as error:
         module.fail_json(msg="since: %s" % error)
-    reader = Reader(module)
-    smi = reader.smi()
-    inputs = {"smi": smi, "kernel": reader.kernel(offline, since)}
-    inputs["nvlink_status"], inputs["nvlink_errors"] = reader.nvlink(offline, smi)
-    inputs["infiniband"] = reader.infiniband(offline)
-    inputs["fabricmanager"] = reader.fabricmanager(offline, smi)
-    inputs["dcgm"] = reader.dcgm(offline)
-    inputs["nccl"] = reader.nccl(offline, smi)
-    inputs["unavailable"] = reader.unavailable
 
+    reader = NodeReader(module)
+    inputs = reader.read_all(offline, since)
     options = {
         "expected_gpu_count": params["expected_gpu_count"],
         "expected_gpu_model": params["expected_gpu_model"],

@@ -73,34 +73,17 @@ options:
     type: list
     elements: str
     default: ['1af1', '22a3']
-  preferences_path:
-    description: The apt preferences file whose version pins are reported.
-    type: path
-    default: /etc/apt/preferences.d/gpuops-nvidia.pref
-  unattended_upgrades_path:
-    description: The unattended-upgrades drop-in whose blacklist is reported.
-    type: path
-    default: /etc/apt/apt.conf.d/51gpuops-nvidia-blacklist
-  versionlock_path:
-    description: The dnf versionlock list whose locks are reported as pins.
-    type: path
-    default: /etc/dnf/plugins/versionlock.list
-  package_manager:
-    description: V(auto) picks V(apt) when C(dpkg-query) exists, else V(dnf) when C(rpm) exists.
-    type: str
-    choices: [auto, apt, dnf]
-    default: auto
+extends_documentation_fragment:
+  - gpuops.cluster.attributes
+  - gpuops.cluster.attributes.platform
+  - gpuops.cluster.attributes.facts
+  - gpuops.cluster.stack_files
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: The module only reads, so check mode returns the same facts.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
-  facts:
-    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
-    support: full
 seealso:
   - module: gpuops.cluster.package_pin
 """
@@ -196,20 +179,12 @@ ansible_facts:
           sample: false
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
+from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import apt_pinning, rpm_versionlock, stack_facts
-
-LC = {"LC_ALL": "C"}
-
-
-def read_text(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read(), None
-    except FileNotFoundError:
-        return None, f"{path} does not exist"
-    except OSError as exc:
-        return None, f"cannot read {path}: {exc.strerror}"
 
 
 def first_line(*texts):
@@ -225,7 +200,7 @@ def query_apt(module, names, params):
     parsed = {}
     if names:
         argv = [dpkg_query, "-W", "-f=${Package}\\t${Version}\\t${Status}\\n", *names]
-        rc, out, err = module.run_command(argv, environ_update=LC)
+        rc, out, err = module.run_command(argv)
         if rc not in (0, 1):
             module.fail_json(msg=f"dpkg-query failed: {first_line(err, out)}", rc=rc, stdout=out, stderr=err, cmd=argv)
         try:
@@ -234,9 +209,9 @@ def query_apt(module, names, params):
             module.fail_json(msg=f"cannot read dpkg-query output: {exc}", stdout=out)
     installed = {name: (parsed.get(name) or {}).get("version") for name in names}
     holds = {name for name in names if (parsed.get(name) or {}).get("held")}
-    pref_text = read_text(params["preferences_path"])[0]
+    pref_text = read_value(params["preferences_path"])
     pins = apt_pinning.pinned_versions(apt_pinning.parse_preferences(pref_text or ""))
-    uu_text = read_text(params["unattended_upgrades_path"])[0]
+    uu_text = read_value(params["unattended_upgrades_path"])
     blacklist = apt_pinning.parse_unattended_blacklist(uu_text or "")
     blacklisted = {name: apt_pinning.blacklist_covers(name, blacklist) for name in names}
     return installed, pins, holds, blacklisted
@@ -247,20 +222,21 @@ def query_dnf(module, names, params):
     parsed = {}
     if names:
         argv = [rpm, "-q", "--qf", rpm_versionlock.RPM_QUERY_FORMAT, *names]
-        rc, out, err = module.run_command(argv, environ_update=LC)
+        rc, out, err = module.run_command(argv)
         try:
             parsed = rpm_versionlock.parse_rpm_query(out)
         except rpm_versionlock.VersionlockError as exc:
             module.fail_json(msg=f"cannot read rpm -q output: {exc}", rc=rc, stdout=out, stderr=err, cmd=argv)
     installed = {name: (parsed.get(name) or {}).get("evr") for name in names}
-    lock_text = read_text(params["versionlock_path"])[0]
+    lock_text = read_value(params["versionlock_path"])
     pins = rpm_versionlock.locked_versions(lock_text or "")
     return installed, pins, None, dict.fromkeys(names)
 
 
 def loaded_module(path):
-    text, reason = read_text(path)
+    text = read_value(path)
     if text is None:
+        reason = f"cannot read {path}" if os.path.exists(path) else f"{path} does not exist"
         return None, f"{reason} (no NVIDIA kernel module loaded)"
     try:
         parsed = stack_facts.parse_proc_driver_version(text)
@@ -276,7 +252,7 @@ def nvml(module):
     if not smi:
         return None, "nvidia-smi not found (driver utilities not installed)"
     argv = [smi, f"--query-gpu={stack_facts.NVIDIA_SMI_QUERY}", "--format=csv,noheader"]
-    rc, out, err = module.run_command(argv, environ_update=LC)
+    rc, out, err = module.run_command(argv)
     if rc != 0:
         return None, first_line(out, err) or f"nvidia-smi exited with {rc}"
     try:
@@ -299,7 +275,7 @@ def nvswitch(module):
     lspci = module.get_bin_path("lspci")
     if not lspci:
         return {"present": None, "source": "unavailable", "devices": [], "reason": "lspci not found (pciutils)"}
-    rc, out, err = module.run_command([lspci, "-n", "-d", f"{stack_facts.NVIDIA_VENDOR_ID}:"], environ_update=LC)
+    rc, out, err = module.run_command([lspci, "-n", "-d", f"{stack_facts.NVIDIA_VENDOR_ID}:"])
     if rc != 0:
         return {"present": None, "source": "unavailable", "devices": [], "reason": first_line(err, out)}
     ids = {
@@ -339,6 +315,7 @@ def main():
         },
         supports_check_mode=True,
     )
+    use_c_locale(module)
     params = module.params
     manager = params["package_manager"]
     if manager == "auto":

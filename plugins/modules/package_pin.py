@@ -96,10 +96,6 @@ options:
     description: C(Pin-Priority) of every stanza. Below 1001 apt could keep a newer installed version, so it is refused.
     type: int
     default: 1001
-  preferences_path:
-    description: The apt preferences file this module owns.
-    type: path
-    default: /etc/apt/preferences.d/gpuops-nvidia.pref
   hold:
     description:
       - Hold the exact package names (C(apt-mark hold)) or, on dnf, lock them in the versionlock list.
@@ -112,10 +108,6 @@ options:
       - V(false) removes the drop-in if this module wrote one.
     type: bool
     default: true
-  unattended_upgrades_path:
-    description: The apt.conf drop-in with the C(Unattended-Upgrade::Package-Blacklist) entries.
-    type: path
-    default: /etc/apt/apt.conf.d/51gpuops-nvidia-blacklist
   unattended_upgrades_patterns:
     description:
       - Extra blacklist entries besides the exact pinned names. unattended-upgrades matches each with Python
@@ -126,27 +118,20 @@ options:
     type: list
     elements: str
     default: [nvidia-, libnvidia-, libnccl, cuda-, datacenter-gpu-manager]
-  versionlock_path:
-    description: The dnf versionlock plugin's list (its C(locklist) setting).
-    type: path
-    default: /etc/dnf/plugins/versionlock.list
   dnf_module_stream:
     description:
       - A dnf module stream to enable (or switch to) with O(state=present) on dnf,
         for example C(nvidia-driver:550-dkms).
       - Ignored on apt.
     type: str
-  package_manager:
-    description: V(auto) picks V(apt) when C(apt-mark) exists, else V(dnf) when C(dnf) exists.
-    type: str
-    choices: [auto, apt, dnf]
-    default: auto
+extends_documentation_fragment:
+  - gpuops.cluster.attributes
+  - gpuops.cluster.attributes.platform
+  - gpuops.cluster.stack_files
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: One entry per file (preferences, unattended-upgrades drop-in or versionlock list) and one for the holds.
 notes:
@@ -227,24 +212,21 @@ diff:
   sample: [{"before_header": "holds", "after_header": "holds", "before": "", "after": "nvidia-driver-550\n"}]
 """
 
-import fnmatch
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils import managed_file
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import apt_pinning, rpm_versionlock
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_checked, use_c_locale
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import apt_pinning, pin_plan, rpm_versionlock
 
-LC = {"LC_ALL": "C"}
+FIX_HINT = "check that the packages exist in the configured repositories and run again"
 
 
 def read_text(module, path):
     """The file's text, or None when it does not exist."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
+        return managed_file.read_text(path)
+    except (OSError, UnicodeDecodeError) as exc:
         module.fail_json(msg=f"cannot read {path}: {exc}; check the path and permissions")
 
 
@@ -265,20 +247,6 @@ def write_text(module, path, content):
     module.set_mode_if_different(path, "0644", False)
 
 
-def run(module, argv, what):
-    rc, out, err = module.run_command(argv, environ_update=LC)
-    if rc != 0:
-        module.fail_json(
-            msg=f"{' '.join(argv[:3])} failed while {what}: {(err or out).strip()}; "
-            "check that the packages exist in the configured repositories and run again",
-            rc=rc,
-            stdout=out,
-            stderr=err,
-            cmd=argv,
-        )
-    return out
-
-
 def detect_package_manager(module):
     wanted = module.params["package_manager"]
     if wanted != "auto":
@@ -291,142 +259,35 @@ def detect_package_manager(module):
     return None
 
 
-def file_change(path, before, after):
-    return {"path": path, "before": before, "after": after, "changed": before != after}
-
-
-def diff_entry(header, before, after):
-    return {
-        "before_header": header,
-        "after_header": header,
-        "before": before if before is not None else "",
-        "after": after if after is not None else "",
-    }
-
-
-def holds_text(names):
-    return "".join(f"{name}\n" for name in sorted(names))
-
-
-def apt_plan(module, pins, installed=None):
-    """Read the node and compute the apt files, holds and commands for the request.
-
-    Every exact pin name is pinned in the preferences file; only the names in
-    ``installed`` (the packages option), when given, are held.
-    """
+def read_apt(module):
+    """What the apt plan needs from the node: both files, the holds and the apt-mark path."""
     params = module.params
-    state = params["state"]
-    pref_path, uu_path = params["preferences_path"], params["unattended_upgrades_path"]
-    pref_before = read_text(module, pref_path)
-    uu_before = read_text(module, uu_path)
-
-    owned = {name for pin in pins for name in pin["names"]}
-    if pref_before and apt_pinning.MANAGED_HEADER in pref_before:
-        for stanza in apt_pinning.parse_preferences(pref_before):
-            if stanza.get("version") is not None:
-                owned.update(stanza["names"])
-
-    try:
-        if state == "present":
-            pref_after = apt_pinning.render_preferences(pins, params["priority"])
-            names = [name for pin in pins for name in pin["names"]]
-            if params["unattended_upgrades"]:
-                uu_after = apt_pinning.render_unattended_blacklist(names, params["unattended_upgrades_patterns"])
-            else:
-                uu_after = uu_before if uu_before and apt_pinning.MANAGED_HEADER not in uu_before else None
-        elif state == "released":
-            pref_after, uu_after = pref_before, uu_before
-        else:
-            pref_after = pref_before if pref_before and apt_pinning.MANAGED_HEADER not in pref_before else None
-            uu_after = uu_before if uu_before and apt_pinning.MANAGED_HEADER not in uu_before else None
-    except apt_pinning.PinningError as exc:
-        module.fail_json(msg=f"cannot pin the requested stack: {exc}")
-
+    pref_before = read_text(module, params["preferences_path"])
+    uu_before = read_text(module, params["unattended_upgrades_path"])
     apt_mark = module.get_bin_path("apt-mark", required=True)
-    held = apt_pinning.parse_showhold(run(module, [apt_mark, "showhold"], "reading holds"))
-    keep_holds = state == "present" and params["hold"]
-    to_hold = [name for name in apt_pinning.managed_names(pins) if not installed or name in installed]
-    plan = apt_pinning.plan_holds(to_hold, held, sorted(owned), keep_holds)
-
-    commands = []
-    if plan["hold"]:
-        commands.append([apt_mark, "hold", *plan["hold"]])
-    if plan["unhold"]:
-        commands.append([apt_mark, "unhold", *plan["unhold"]])
-
-    def owned_held(names):
-        return {name for name in names if any(name == p or fnmatch.fnmatchcase(name, p) for p in owned)}
-
-    holds_before = owned_held(held)
-    holds_after = (holds_before | set(plan["hold"])) - set(plan["unhold"])
-    return {
-        "files": [file_change(pref_path, pref_before, pref_after), file_change(uu_path, uu_before, uu_after)],
-        "stream_commands": [],
-        "hold_commands": commands,
-        "held": plan["hold"],
-        "unheld": plan["unhold"],
-        "holds_diff": diff_entry("holds", holds_text(holds_before), holds_text(holds_after)),
-    }
+    out, _err = run_checked(module, [apt_mark, "showhold"], "read the apt holds", FIX_HINT)
+    return pref_before, uu_before, apt_pinning.parse_showhold(out), apt_mark
 
 
-def dnf_plan(module, pins):
-    """Read the node and compute the versionlock list, module stream commands and lock changes."""
+def read_dnf(module):
+    """What the dnf plan needs from the node: the lock list and the stream commands (read from dnf)."""
     params = module.params
-    path = params["versionlock_path"]
-    before = read_text(module, path)
-    current = before or ""
-    packages = []
-    for pin in pins:
-        for name in pin["names"]:
-            if any(ch in name for ch in "*?[]"):
-                module.fail_json(msg=f"dnf versionlock needs exact package names, not the glob {name!r}")
-            packages.append({"name": name, "version": pin["version"]})
-    try:
-        wanted = rpm_versionlock.desired_entries(packages)
-    except rpm_versionlock.VersionlockError as exc:
-        module.fail_json(msg=f"cannot lock the requested stack: {exc}")
-
-    old_entries = rpm_versionlock.parse_versionlock_list(current)["managed"]
-    old_names = {entry["name"] for entry in map(rpm_versionlock.parse_lock_entry, old_entries) if entry}
-    owned = sorted(old_names | {package["name"] for package in packages})
-    entries = wanted if params["state"] == "present" and params["hold"] else []
-    after = rpm_versionlock.render_versionlock_list(current, entries, owned)
-    if before is None and not after:
-        after = None
-
-    commands = []
+    before = read_text(module, params["versionlock_path"])
     stream = params["dnf_module_stream"]
-    if stream and params["state"] == "present":
-        dnf = module.get_bin_path("dnf", required=True)
-        module_name = stream.partition(":")[0]
-        rc, out, err = module.run_command([dnf, "-q", "module", "list", "--enabled", module_name], environ_update=LC)
-        if rc != 0 and "No matching Modules" not in (out + err):
-            module.fail_json(
-                msg=f"dnf module list failed: {(err or out).strip()}; check the repository for {module_name}",
-                rc=rc,
-                stdout=out,
-                stderr=err,
-            )
-        try:
-            planned = rpm_versionlock.plan_module_stream(stream, rpm_versionlock.parse_module_list(out))
-        except rpm_versionlock.VersionlockError as exc:
-            module.fail_json(msg=str(exc))
-        commands = [[dnf, *argv[1:]] for argv in planned]
-
-    new_names = {entry["name"] for entry in map(rpm_versionlock.parse_lock_entry, entries) if entry}
-    changed_old = {e for e in old_entries if e not in entries}
-    changed_new = {e for e in entries if e not in old_entries}
-    held = sorted({rpm_versionlock.parse_lock_entry(e)["name"] for e in changed_new})
-    unheld = sorted({rpm_versionlock.parse_lock_entry(e)["name"] for e in changed_old} - new_names)
-    locks_before = holds_text(old_entries)
-    return {
-        "files": [file_change(path, before, after)],
-        "stream_commands": commands,
-        "hold_commands": [],
-        "held": held,
-        "unheld": unheld,
-        "holds_diff": diff_entry("versionlocks", locks_before, holds_text(entries)),
-    }
+    if not (stream and params["state"] == "present"):
+        return before, []
+    dnf = module.get_bin_path("dnf", required=True)
+    module_name = stream.partition(":")[0]
+    rc, out, err = module.run_command([dnf, "-q", "module", "list", "--enabled", module_name])
+    if rc != 0 and "No matching Modules" not in (out + err):
+        module.fail_json(
+            msg=f"dnf module list failed: {(err or out).strip()}; check the repository for {module_name}",
+            rc=rc,
+            stdout=out,
+            stderr=err,
+        )
+    enabled = rpm_versionlock.parse_module_list(out)
+    return before, pin_plan.dnf_stream_commands(stream, enabled, dnf)
 
 
 def main():
@@ -473,57 +334,33 @@ def main():
         },
         supports_check_mode=True,
     )
+    use_c_locale(module)
     params = module.params
     if params["state"] == "present" and not (params["packages"] or params["pins"]):
         module.fail_json(msg="state=present needs packages or pins: pass the resolved stack, or use state=absent")
 
     manager = detect_package_manager(module)
-    # Holds and locks go on the packages the stack installs; pins may also name
-    # packages that are not installed (apt-mark hold fails on those), or globs.
-    installed = sorted({package["name"] for package in params["packages"] or []})
-    if manager == "dnf" and installed:
-        # versionlock takes exact RPM names; the driver's module stream covers the globs.
-        pins = [
-            {
-                "component": package.get("component") or "package",
-                "names": [package["name"]],
-                "version": package["version"],
-            }
-            for package in params["packages"]
-        ]
-        plan = dnf_plan(module, pins)
-    else:
-        try:
-            pins = apt_pinning.normalize_pins(params["pins"], params["packages"])
-        except apt_pinning.PinningError as exc:
-            module.fail_json(msg=f"cannot pin the requested stack: {exc}")
-        plan = apt_plan(module, pins, installed) if manager == "apt" else dnf_plan(module, pins)
-    changed_files = [change for change in plan["files"] if change["changed"]]
-    commands = plan["stream_commands"] + plan["hold_commands"]
-    changed = bool(changed_files or commands)
+    try:
+        pins, installed = pin_plan.request_pins(manager, params["pins"], params["packages"])
+        if manager == "apt":
+            pref_before, uu_before, held, apt_mark = read_apt(module)
+            plan = pin_plan.apt_plan(params, pins, installed, pref_before, uu_before, held, apt_mark)
+        else:
+            before, stream_commands = read_dnf(module)
+            plan = pin_plan.dnf_plan(params, pins, before, stream_commands)
+    except pin_plan.PlanError as exc:
+        module.fail_json(msg=str(exc))
 
+    changed_files, _commands, changed = pin_plan.changes(plan)
     if changed and not module.check_mode:
         # module streams before locks; files before holds so a failed hold leaves the pins written
         for argv in plan["stream_commands"]:
-            run(module, argv, "switching the dnf module stream")
+            run_checked(module, argv, "switch the dnf module stream", FIX_HINT)
         for change in changed_files:
             write_text(module, change["path"], change["after"])
         for argv in plan["hold_commands"]:
-            run(module, argv, f"running apt-mark {argv[1]}")
-
-    result = {
-        "changed": changed,
-        "package_manager": manager,
-        "pins": pins,
-        "held": plan["held"],
-        "unheld": plan["unheld"],
-        "files": [change["path"] for change in changed_files],
-        "commands": commands,
-    }
-    if module._diff:
-        result["diff"] = [diff_entry(change["path"], change["before"], change["after"]) for change in plan["files"]]
-        result["diff"].append(plan["holds_diff"])
-    module.exit_json(**result)
+            run_checked(module, argv, f"run apt-mark {argv[1]}", FIX_HINT)
+    module.exit_json(**pin_plan.result(manager, pins, plan, diff=module._diff))
 
 
 if __name__ == "__main__":

@@ -69,13 +69,14 @@ options:
   scontrol_path:
     description: Path of C(scontrol). Default is the one on C(PATH).
     type: path
+extends_documentation_fragment:
+  - gpuops.cluster.attributes
+  - gpuops.cluster.attributes.platform
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying the target.
     support: full
     details: Reads the node and reports what it would do; no scontrol call and no waiting.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: The diff is the node's state and reason before and after.
 notes:
@@ -163,9 +164,8 @@ commands:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import slurm_node
-
-_C = {"LC_ALL": "C"}
 
 
 class SlurmReader:
@@ -178,7 +178,7 @@ class SlurmReader:
 
     def read(self, name):
         if self.use_json:
-            rc, out, err = self.module.run_command(slurm_node.sinfo_json_argv(self.sinfo), environ_update=_C)
+            rc, out, err = self.module.run_command(slurm_node.sinfo_json_argv(self.sinfo))
             if rc == 0:
                 try:
                     nodes = slurm_node.parse_sinfo_json(out)
@@ -189,7 +189,7 @@ class SlurmReader:
             else:
                 self.use_json = False
         argv = slurm_node.sinfo_text_argv(self.sinfo, name)
-        rc, out, err = self.module.run_command(argv, environ_update=_C)
+        rc, out, err = self.module.run_command(argv)
         if rc != 0:
             self.module.fail_json(
                 msg="%s failed: check that Slurm's client works on this host (munge, slurm.conf) and run the task "
@@ -215,7 +215,7 @@ class SlurmReader:
 
 def _scontrol(module, argv, commands):
     commands.append(" ".join(argv))
-    rc, out, err = module.run_command(argv, environ_update=_C)
+    rc, out, err = module.run_command(argv)
     if rc != 0:
         module.fail_json(
             msg="%s failed: check the node name and that this host may run scontrol as a Slurm operator"
@@ -248,6 +248,7 @@ def main():
         required_if=[("state", "drained", ["run_id"])],
         supports_check_mode=True,
     )
+    use_c_locale(module)
     params = module.params
     name, state, prefix = params["node"], params["state"], params["reason_prefix"]
     if params["wait_timeout"] < 0 or params["poll_interval"] < 1:

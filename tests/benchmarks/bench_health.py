@@ -5,7 +5,12 @@
 Prints: parse time of an 8-GPU ``nvidia-smi -q -x`` (goal <= 20 ms), kernel
 log parse time, evaluator time, the module's end-to-end wall time in offline
 mode (``ansible localhost -m gpuops.cluster.gpu_health``), and the external
-commands of one live run per level (run_command mocked, fixtures answer).
+commands of one live run per level (run_command mocked, fixtures answer), with
+whether each ran in the C locale.
+
+NVLink link state and error counters stay separate ``nvidia-smi nvlink -s``/``-e``
+calls: ``nvidia-smi -q -x`` (nvsmi_device_v11/v12 DTD) has no per-link element,
+only ``<fabric>`` (see plugins/module_utils/health/node_reader.py).
 """
 
 from __future__ import annotations
@@ -56,9 +61,12 @@ def live_commands(level, xml="h100-sxm-8x-healthy.xml"):
         ("nvlink", "-e"): (FIXTURES / "nvlink/h100-8x-errors-clean.txt").read_text(),
     }
     calls = []
+    locales = []
 
-    def run_command(self, args, **kwargs):
+    def run_command(self, args, environ_update=None, **kwargs):
         calls.append(list(args))
+        env = dict(getattr(self, "run_command_environ_update", None) or {}, **(environ_update or {}))
+        locales.append(env.get("LC_ALL") == "C")
         name = os.path.basename(args[0])
         if name == "nvidia-smi":
             return 0, answers[tuple(args[1:])], ""
@@ -86,7 +94,7 @@ def live_commands(level, xml="h100-sxm-8x-healthy.xml"):
         contextlib.suppress(SystemExit),
     ):
         module.main()
-    return calls
+    return calls, all(locales)
 
 
 def main():
@@ -123,12 +131,12 @@ def main():
     report("module end to end, offline (ansible localhost)", statistics.median(walls), max(walls))
 
     for level in ("quick", "standard", "extended"):
-        calls = live_commands(level)
+        calls, c_locale = live_commands(level)
         smi_calls = [c for c in calls if os.path.basename(c[0]) == "nvidia-smi"]
         print(
-            "live %-9s %d external commands (%d nvidia-smi, %d of them -q -x): %s"
+            "live %-9s %d external commands (%d nvidia-smi, %d of them -q -x; C locale: %s): %s"
             % (level, len(calls), len(smi_calls), sum(c[1:] == ["-q", "-x"] for c in smi_calls),
-               ", ".join(" ".join([os.path.basename(c[0]), *c[1:]]) for c in calls))
+               "yes" if c_locale else "NO", ", ".join(" ".join([os.path.basename(c[0]), *c[1:]]) for c in calls))
         )  # fmt: skip
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
+
 CLASS_DIR = os.path.join("sys", "class", "infiniband")
 ERROR_COUNTERS = (
     "symbol_error",
@@ -27,14 +29,6 @@ ERROR_COUNTERS = (
 )
 _CODED = re.compile(r"^\s*(\d+)\s*:\s*(.*?)\s*$")
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
 
 
 def _coded(text):
@@ -64,13 +58,13 @@ def read_ports(root="/"):
             continue
         for port in sorted(os.listdir(ports_dir), key=lambda name: (len(name), name)):
             port_dir = os.path.join(ports_dir, port)
-            state_code, state = _coded(_read(os.path.join(port_dir, "state")))
-            phys_code, phys_state = _coded(_read(os.path.join(port_dir, "phys_state")))
-            rate = _read(os.path.join(port_dir, "rate"))
+            state_code, state = _coded(read_value(os.path.join(port_dir, "state")))
+            phys_code, phys_state = _coded(read_value(os.path.join(port_dir, "phys_state")))
+            rate = read_value(os.path.join(port_dir, "rate"))
             rate_match = _RATE.match(rate or "")
             counters = {}
             for counter in ERROR_COUNTERS:
-                value = _read(os.path.join(port_dir, "counters", counter))
+                value = read_value(os.path.join(port_dir, "counters", counter))
                 if value is None:
                     continue
                 try:
@@ -90,7 +84,7 @@ def read_ports(root="/"):
                     "phys_state_code": phys_code,
                     "rate": rate,
                     "rate_gbps": float(rate_match.group(1)) if rate_match else None,
-                    "link_layer": _read(os.path.join(port_dir, "link_layer")),
+                    "link_layer": read_value(os.path.join(port_dir, "link_layer")),
                     "counters": counters,
                 }
             )

@@ -1,44 +1,14 @@
 """gpuops.cluster.gpu_health through its argument spec: offline triage on fixtures, live mode with commands mocked."""
 
-import json
 import os
 import stat
 
 import pytest
-from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuops.cluster.plugins.modules import gpu_health as module
 
+from tests.unit.module_harness import FakeBins, FakeCommands
+
 from .conftest import FIXTURES
-
-
-class AnsibleExitJson(Exception):
-    pass
-
-
-class AnsibleFailJson(Exception):
-    pass
-
-
-@pytest.fixture(autouse=True)
-def module_exits(monkeypatch):
-    def exit_json(self, **kwargs):
-        raise AnsibleExitJson(kwargs)
-
-    def fail_json(self, **kwargs):
-        kwargs["failed"] = True
-        raise AnsibleFailJson(kwargs)
-
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
-
-
-def run(args, expect=AnsibleExitJson):
-    with patch_module_args(args), pytest.raises(expect) as raised:
-        module.main()
-    result = raised.value.args[0]
-    json.dumps(result)  # what Ansible returns must be JSON
-    return result
 
 
 def fixture(relative):
@@ -52,20 +22,19 @@ def by_name(result, name):
 # --- offline triage ---------------------------------------------------------------------------------
 
 
-def test_offline_triage_runs_no_command(monkeypatch):
-    def no_command(self, *args, **kwargs):
-        raise AssertionError("offline triage ran a command: %s" % (args,))
-
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", no_command)
-    result = run(
+def test_offline_triage_runs_no_command(harness):
+    # the harness's FakeCommands has no answer: any command fails the test
+    result = harness.run(
+        module,
         {
             "nvidia_smi_xml": fixture("nvidia-smi/a100-sxm4-8x-row-remap-pending.xml"),
             "kernel_log": fixture("kernel-log/clean-journal-short-iso.log"),
             "expected_gpu_count": 8,
-        }
+        },
     )
     assert result["mode"] == "offline"
     assert result["commands"] == []
+    assert harness.commands.calls == []
     assert result["healthy"] is False
     assert result["actions"]["node"] == "reset_gpu"
     assert result["changed"] is False
@@ -73,8 +42,9 @@ def test_offline_triage_runs_no_command(monkeypatch):
     assert by_name(result, "infiniband")[0]["detail"] == "offline triage without infiniband_root"
 
 
-def test_offline_full_capture_of_a_broken_h100():
-    result = run(
+def test_offline_full_capture_of_a_broken_h100(harness):
+    result = harness.run(
+        module,
         {
             "nvidia_smi_xml": fixture("nvidia-smi/h100-sxm-7of8.xml"),
             "kernel_log": fixture("kernel-log/xid-journal-short.log"),
@@ -88,7 +58,7 @@ def test_offline_full_capture_of_a_broken_h100():
             "expected_ib_ports": ["mlx5_3", "mlx5_5"],
             "expected_ib_rate": 400,
             "thresholds": {"nvlink_errors": 100},
-        }
+        },
     )
     failed = {c["name"] for c in result["checks"] if c["status"] == "fail"}
     assert failed >= {"gpu_count", "xid", "sxid", "nvlink", "infiniband", "fabricmanager", "dcgm_diag", "nccl_busbw"}
@@ -99,10 +69,10 @@ def test_offline_full_capture_of_a_broken_h100():
     assert "crc_errors=912" in crc[0]["detail"]
 
 
-def test_fail_on_unhealthy():
-    result = run(
+def test_fail_on_unhealthy(harness):
+    result = harness.fail(
+        module,
         {"nvidia_smi_xml": fixture("nvidia-smi/v100-sxm2-8x-r470-retired-pages.xml"), "fail_on_unhealthy": True},
-        expect=AnsibleFailJson,
     )
     assert result["msg"].startswith("GPU health: ")
     assert "retired_pages[gpu2]" in result["msg"]
@@ -111,33 +81,33 @@ def test_fail_on_unhealthy():
     assert result["checks"]
 
 
-def test_healthy_with_fail_on_unhealthy_exits():
-    result = run({"nvidia_smi_xml": fixture("nvidia-smi/l40s-1x.xml"), "fail_on_unhealthy": True})
+def test_healthy_with_fail_on_unhealthy_exits(harness):
+    result = harness.run(module, {"nvidia_smi_xml": fixture("nvidia-smi/l40s-1x.xml"), "fail_on_unhealthy": True})
     assert result["healthy"] is True
 
 
-def test_unreadable_capture_says_what_to_do():
-    result = run({"nvidia_smi_xml": "/nonexistent/x.xml"}, expect=AnsibleFailJson)
+def test_unreadable_capture_says_what_to_do(harness):
+    result = harness.fail(module, {"nvidia_smi_xml": "/nonexistent/x.xml"})
     assert "cannot read nvidia_smi_xml /nonexistent/x.xml" in result["msg"]
 
 
-def test_bad_since():
-    result = run({"nvidia_smi_xml": fixture("nvidia-smi/l40s-1x.xml"), "since": "last tuesday"}, expect=AnsibleFailJson)
+def test_bad_since(harness):
+    result = harness.fail(module, {"nvidia_smi_xml": fixture("nvidia-smi/l40s-1x.xml"), "since": "last tuesday"})
     assert result["msg"].startswith("since: not a time")
 
 
-def test_bad_skip_check_is_rejected_by_the_spec():
-    result = run({"nvidia_smi_xml": fixture("nvidia-smi/l40s-1x.xml"), "skip_checks": ["ecc"]}, expect=AnsibleFailJson)
+def test_bad_skip_check_is_rejected_by_the_spec(harness):
+    result = harness.fail(module, {"nvidia_smi_xml": fixture("nvidia-smi/l40s-1x.xml"), "skip_checks": ["ecc"]})
     assert "skip_checks" in result["msg"]
 
 
-def test_since_window_in_offline_mode():
+def test_since_window_in_offline_mode(harness):
     args = {
         "nvidia_smi_xml": fixture("nvidia-smi/h100-sxm-8x-healthy.xml"),
         "kernel_log": fixture("kernel-log/xid-journal-short-iso.log"),
     }
-    default = run(args)
-    wide = run(dict(args, since="2024-03-11T00:00:00+00:00"))
+    default = harness.run(module, args)
+    wide = harness.run(module, dict(args, since="2024-03-11T00:00:00+00:00"))
     assert default["facts"]["kernel_events"] == 9
     assert wide["facts"]["kernel_events"] == 10  # the Xid 94 of the previous boot
 
@@ -145,28 +115,29 @@ def test_since_window_in_offline_mode():
 # --- Prometheus textfile ----------------------------------------------------------------------------
 
 
-def test_textfile_atomic_write_mode_and_idempotence(tmp_path):
+def test_textfile_atomic_write_mode_and_idempotence(harness, tmp_path):
     path = tmp_path / "gpuops_gpu_health.prom"
     args = {"nvidia_smi_xml": fixture("nvidia-smi/h100-sxm-8x-healthy.xml"), "prometheus_textfile": str(path)}
-    first = run(args)
+    first = harness.run(module, args)
     assert first["changed"] is True
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
     assert "gpuops_gpu_health_healthy 1" in path.read_text()
     assert sorted(os.listdir(tmp_path)) == ["gpuops_gpu_health.prom"]  # no temporary file left
-    second = run(args)
+    second = harness.run(module, args)
     assert second["changed"] is False  # only the run-time gauge moved
 
 
-def test_textfile_check_and_diff_mode(tmp_path):
+def test_textfile_check_and_diff_mode(harness, tmp_path):
     path = tmp_path / "health.prom"
     path.write_text("old\n")
-    result = run(
+    result = harness.run(
+        module,
         {
             "nvidia_smi_xml": fixture("nvidia-smi/a100-sxm4-8x-row-remap-pending.xml"),
             "prometheus_textfile": str(path),
-            "_ansible_check_mode": True,
-            "_ansible_diff": True,
-        }
+        },
+        check_mode=True,
+        diff=True,
     )
     assert result["changed"] is True
     assert path.read_text() == "old\n"  # check mode writes nothing
@@ -174,77 +145,43 @@ def test_textfile_check_and_diff_mode(tmp_path):
     assert "gpuops_gpu_health_healthy 0" in result["diff"]["after"]
 
 
-def test_textfile_directory_must_exist(tmp_path):
-    result = run(
+def test_textfile_directory_must_exist(harness, tmp_path):
+    result = harness.fail(
+        module,
         {"nvidia_smi_xml": fixture("nvidia-smi/l40s-1x.xml"), "prometheus_textfile": str(tmp_path / "no" / "f.prom")},
-        expect=AnsibleFailJson,
     )
     assert "does not exist" in result["msg"]
 
 
 # --- live mode --------------------------------------------------------------------------------------
 
-
-class FakeNode:
-    """Answers the module's commands from fixtures and records them."""
-
-    def __init__(
-        self, xml, nvlink_status="nvlink/h100-8x-status-healthy.txt", tools=("nvidia-smi", "journalctl", "systemctl")
-    ):
-        self.xml = (FIXTURES / "nvidia-smi" / xml).read_text()
-        self.nvlink_status = (FIXTURES / nvlink_status).read_text()
-        self.tools = set(tools)
-        self.calls = []
-
-    def get_bin_path(self, module_self, name, required=False, opt_dirs=None):
-        return "/usr/bin/" + name if name in self.tools else None
-
-    def run_command(self, module_self, args, environ_update=None, **kwargs):
-        assert isinstance(args, list), "commands are argv lists"
-        assert environ_update == {"LC_ALL": "C"}
-        self.calls.append(args)
-        tool = os.path.basename(args[0])
-        if tool == "nvidia-smi" and args[1:] == ["-q", "-x"]:
-            return 0, self.xml, ""
-        if tool == "nvidia-smi" and args[1:] == ["nvlink", "-s"]:
-            return 0, self.nvlink_status, ""
-        if tool == "nvidia-smi" and args[1:] == ["nvlink", "-e"]:
-            return 0, (FIXTURES / "nvlink/h100-8x-errors-clean.txt").read_text(), ""
-        if tool == "journalctl":
-            return 0, (FIXTURES / "kernel-log/clean-journal-short-iso.log").read_text(), ""
-        if tool == "systemctl":
-            return 0, "active\n", ""
-        if tool == "dcgmi":
-            return 0, (FIXTURES / "dcgm/dcgmi-diag-r1-pass.json").read_text(), ""
-        raise AssertionError("unexpected command %s" % args)
-
-    def nvidia_smi_calls(self):
-        return [call for call in self.calls if os.path.basename(call[0]) == "nvidia-smi"]
-
-
-def patch_method(monkeypatch, name, function):
-    """Replace ``AnsibleModule.<name>`` by ``function(module_self, *args, **kwargs)``."""
-
-    def method(module_self, *args, **kwargs):
-        return function(module_self, *args, **kwargs)
-
-    monkeypatch.setattr(basic.AnsibleModule, name, method)
+LIVE_TOOLS = ("nvidia-smi", "journalctl", "systemctl")
 
 
 @pytest.fixture
-def node(monkeypatch):
-    def install(*args, **kwargs):
-        fake = FakeNode(*args, **kwargs)
-        patch_method(monkeypatch, "get_bin_path", fake.get_bin_path)
-        patch_method(monkeypatch, "run_command", fake.run_command)
-        return fake
+def node(harness):
+    """``node(xml, nvlink_status=..., tools=...)``: the harness answers the module's commands from fixtures."""
+
+    def install(xml, nvlink_status="nvlink/h100-8x-status-healthy.txt", tools=LIVE_TOOLS):
+        harness.commands = FakeCommands(
+            {
+                "nvidia-smi -q -x": (FIXTURES / "nvidia-smi" / xml).read_text(),
+                "nvidia-smi nvlink -s": (FIXTURES / nvlink_status).read_text(),
+                "nvidia-smi nvlink -e": (FIXTURES / "nvlink/h100-8x-errors-clean.txt").read_text(),
+                "journalctl": (FIXTURES / "kernel-log/clean-journal-short-iso.log").read_text(),
+                "systemctl": "active\n",
+                "dcgmi": (FIXTURES / "dcgm/dcgmi-diag-r1-pass.json").read_text(),
+            }
+        )
+        harness.bins = FakeBins(set(tools))
+        return harness.commands
 
     return install
 
 
-def test_live_quick_runs_nvidia_smi_q_x_exactly_once(node, tmp_path):
+def test_live_quick_runs_nvidia_smi_q_x_exactly_once(harness, node, tmp_path):
     fake = node("h100-sxm-8x-healthy.xml")
-    result = run({"infiniband_root": str(tmp_path), "expected_gpu_count": 8})
+    result = harness.run(module, {"infiniband_root": str(tmp_path), "expected_gpu_count": 8})
     assert result["mode"] == "live"
     assert [c for c in fake.calls if c[1:] == ["-q", "-x"]] == [["/usr/bin/nvidia-smi", "-q", "-x"]]
     assert fake.calls == [
@@ -253,29 +190,30 @@ def test_live_quick_runs_nvidia_smi_q_x_exactly_once(node, tmp_path):
         ["/usr/bin/nvidia-smi", "nvlink", "-s"],
         ["/usr/bin/systemctl", "is-active", "nvidia-fabricmanager"],
     ]
+    assert all(env["LC_ALL"] == "C" for env in fake.environments)
     assert result["commands"] == [" ".join(call) for call in fake.calls]
     assert result["healthy"] is True, result["summary"]
     assert by_name(result, "fabricmanager")[0]["status"] == "pass"
     assert by_name(result, "nvlink_errors")[0]["detail"] == "NVLink error counters are read from level=standard"
 
 
-def test_live_with_nvlink_skipped_is_one_nvidia_smi_call(node, tmp_path):
+def test_live_with_nvlink_skipped_is_one_nvidia_smi_call(harness, node, tmp_path):
     fake = node("h100-sxm-8x-healthy.xml")
-    run({"infiniband_root": str(tmp_path), "skip_checks": ["nvlink", "nvlink_errors"]})
-    assert fake.nvidia_smi_calls() == [["/usr/bin/nvidia-smi", "-q", "-x"]]
+    harness.run(module, {"infiniband_root": str(tmp_path), "skip_checks": ["nvlink", "nvlink_errors"]})
+    assert fake.of("nvidia-smi") == [["/usr/bin/nvidia-smi", "-q", "-x"]]
 
 
-def test_live_nvidia_smi_calls_do_not_grow_with_gpu_count(node, tmp_path):
+def test_live_nvidia_smi_calls_do_not_grow_with_gpu_count(harness, node, tmp_path):
     eight = node("h100-sxm-8x-healthy.xml")
-    run({"infiniband_root": str(tmp_path)})
+    harness.run(module, {"infiniband_root": str(tmp_path)})
     one = node("l40s-1x.xml", nvlink_status="nvlink/l40s-status.txt")
-    run({"infiniband_root": str(tmp_path)})
-    assert len(eight.nvidia_smi_calls()) == len(one.nvidia_smi_calls()) == 2
+    harness.run(module, {"infiniband_root": str(tmp_path)})
+    assert len(eight.of("nvidia-smi")) == len(one.of("nvidia-smi")) == 2
 
 
-def test_live_standard_without_dcgm_is_a_skip_with_reason(node, tmp_path):
+def test_live_standard_without_dcgm_is_a_skip_with_reason(harness, node, tmp_path):
     fake = node("h100-sxm-8x-healthy.xml")
-    result = run({"infiniband_root": str(tmp_path), "level": "standard"})
+    result = harness.run(module, {"infiniband_root": str(tmp_path), "level": "standard"})
     assert ["/usr/bin/nvidia-smi", "nvlink", "-e"] in fake.calls
     (check,) = by_name(result, "dcgm_diag")
     assert check["status"] == "skip"
@@ -283,70 +221,55 @@ def test_live_standard_without_dcgm_is_a_skip_with_reason(node, tmp_path):
     assert result["healthy"] is True
 
 
-def test_live_standard_runs_dcgmi_diag_r1(node, tmp_path):
-    fake = node("h100-sxm-8x-healthy.xml", tools=("nvidia-smi", "journalctl", "systemctl", "dcgmi"))
-    result = run({"infiniband_root": str(tmp_path), "level": "standard"})
+def test_live_standard_runs_dcgmi_diag_r1(harness, node, tmp_path):
+    fake = node("h100-sxm-8x-healthy.xml", tools=(*LIVE_TOOLS, "dcgmi"))
+    result = harness.run(module, {"infiniband_root": str(tmp_path), "level": "standard"})
     assert ["/usr/bin/dcgmi", "diag", "-r", "1", "-j"] in fake.calls
     assert by_name(result, "dcgm_diag")[0]["status"] == "pass"
 
 
-def test_live_extended_without_nccl_tests_is_a_skip(node, tmp_path):
+def test_live_extended_without_nccl_tests_is_a_skip(harness, node, tmp_path):
     node("h100-sxm-8x-healthy.xml")
-    result = run({"infiniband_root": str(tmp_path), "level": "extended"})
+    result = harness.run(module, {"infiniband_root": str(tmp_path), "level": "extended"})
     assert by_name(result, "nccl_busbw")[0]["detail"] == "nccl-tests all_reduce_perf not installed"
 
 
-def test_live_without_nvidia_smi(node, tmp_path):
+def test_live_without_nvidia_smi(harness, node, tmp_path):
     fake = node("h100-sxm-8x-healthy.xml", tools=("journalctl",))
-    result = run({"infiniband_root": str(tmp_path)})
+    result = harness.run(module, {"infiniband_root": str(tmp_path)})
     assert result["healthy"] is False
     assert by_name(result, "nvidia_smi")[0]["detail"].startswith("nvidia-smi not found")
-    assert fake.nvidia_smi_calls() == []
+    assert fake.of("nvidia-smi") == []
 
 
-def test_live_nvidia_smi_path_option(node, tmp_path):
+def test_live_nvidia_smi_path_option(harness, node, tmp_path):
     fake = node("l40s-1x.xml", nvlink_status="nvlink/l40s-status.txt", tools=("journalctl",))
-    result = run({"infiniband_root": str(tmp_path), "nvidia_smi_path": "/opt/lab/bin/nvidia-smi"})
+    result = harness.run(module, {"infiniband_root": str(tmp_path), "nvidia_smi_path": "/opt/lab/bin/nvidia-smi"})
     assert fake.calls[0] == ["/opt/lab/bin/nvidia-smi", "-q", "-x"]
     assert result["facts"]["gpu_models"] == ["NVIDIA L40S"]
 
 
-def test_live_since_reads_the_journal_across_boots(node, tmp_path):
+def test_live_since_reads_the_journal_across_boots(harness, node, tmp_path):
     fake = node("l40s-1x.xml", nvlink_status="nvlink/l40s-status.txt")
-    run({"infiniband_root": str(tmp_path), "since": "2024-03-12T09:00:00+00:00"})
-    journal = next(call for call in fake.calls if call[0].endswith("journalctl"))
+    harness.run(module, {"infiniband_root": str(tmp_path), "since": "2024-03-12T09:00:00+00:00"})
+    (journal,) = fake.of("journalctl")
     assert journal[:5] == ["/usr/bin/journalctl", "_TRANSPORT=kernel", "-o", "short-iso", "--no-pager"]
     assert journal[5] == "--since"
 
 
-def test_live_without_systemd_skips_fabricmanager(node, tmp_path, monkeypatch):
+def test_live_without_systemd_skips_fabricmanager(harness, node, tmp_path):
     fake = node("h100-sxm-8x-healthy.xml")
-    original = fake.run_command
-
-    def no_systemd(module_self, args, **kwargs):
-        if args[0].endswith("systemctl"):
-            fake.calls.append(args)
-            return 1, "", "System has not been booted with systemd as init system (PID 1). Can't operate.\n"
-        return original(module_self, args, **kwargs)
-
-    patch_method(monkeypatch, "run_command", no_systemd)
-    result = run({"infiniband_root": str(tmp_path)})
+    fake.add("systemctl", (1, "", "System has not been booted with systemd as init system (PID 1). Can't operate.\n"))
+    result = harness.run(module, {"infiniband_root": str(tmp_path)})
     (check,) = by_name(result, "fabricmanager")
     assert check["status"] == "skip"
     assert "gave no state" in check["detail"]
     assert result["healthy"] is True
 
 
-def test_live_inactive_fabricmanager_fails(node, tmp_path, monkeypatch):
+def test_live_inactive_fabricmanager_fails(harness, node, tmp_path):
     fake = node("h100-sxm-8x-healthy.xml")
-    original = fake.run_command
-
-    def inactive(module_self, args, **kwargs):
-        if args[0].endswith("systemctl"):
-            return 3, "inactive\n", ""
-        return original(module_self, args, **kwargs)
-
-    patch_method(monkeypatch, "run_command", inactive)
-    (check,) = by_name(run({"infiniband_root": str(tmp_path)}), "fabricmanager")
+    fake.add("systemctl", (3, "inactive\n", ""))
+    (check,) = by_name(harness.run(module, {"infiniband_root": str(tmp_path)}), "fabricmanager")
     assert check["status"] == "fail"
     assert check["action"] == "reboot_node"

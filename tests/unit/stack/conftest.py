@@ -1,6 +1,6 @@
-"""Run a gpuops module in-process against a fake node (community.general's module-test pattern).
+"""Run the stack modules against a fake node, through the shared module harness (tests/unit/module_harness.py).
 
-``run_command`` and ``get_bin_path`` are replaced by a ``FakeNode`` that
+The harness's ``run_command`` and ``get_bin_path`` ask a ``FakeNode`` that
 answers apt-mark, dpkg-query, rpm, dnf, nvidia-smi and lspci from its state and
 records every argv; ``exit_json``/``fail_json`` raise so a test reads the result.
 """
@@ -8,20 +8,8 @@ records every argv; ``exit_json``/``fail_json`` raise so a test reads the result
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 
-
-class ModuleExit(Exception):
-    def __init__(self, result):
-        super().__init__(result)
-        self.result = result
-
-
-class ModuleFail(Exception):
-    def __init__(self, result):
-        super().__init__(result.get("msg"))
-        self.result = result
+from tests.unit.module_harness import AnsibleFailJson, FakeCommands, ModuleHarness
 
 
 class FakeNode:
@@ -38,16 +26,11 @@ class FakeNode:
         self.fail: dict[str, tuple[int, str, str]] = {}
         self.calls: list[list[str]] = []
 
-    def get_bin_path(self, name, required=False, opt_dirs=None):
-        if name in self.binaries:
-            return f"/usr/bin/{name}"
-        if required:
-            raise AssertionError(f"module required missing binary {name}")
-        return None
+    def bin_path(self, name):
+        return f"/usr/bin/{name}" if name in self.binaries else None
 
-    def run_command(self, args, *_, environ_update=None, **__):
-        assert isinstance(args, list), "commands must be argv lists"
-        assert environ_update == {"LC_ALL": "C"}, "commands must run with LC_ALL=C"
+    def answer(self, args):
+        """The harness's answer to every command (it has checked the argv list and the C locale)."""
         self.calls.append(list(args))
         tool = args[0].rsplit("/", 1)[-1]
         key = " ".join([tool, *args[1:2]])
@@ -115,31 +98,24 @@ class FakeNode:
 
 
 @pytest.fixture
-def node(monkeypatch):
+def harness(monkeypatch):
+    return ModuleHarness(monkeypatch)
+
+
+@pytest.fixture
+def node(harness):
     fake = FakeNode()
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, *a, **k: fake.get_bin_path(*a, **k))
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, *a, **k: fake.run_command(*a, **k))
+    harness.commands = FakeCommands(fallback=fake.answer)
+    harness.bins.bins = fake.bin_path
     return fake
 
 
 @pytest.fixture
-def run_module(node, monkeypatch):
+def run_module(harness, node):
     """``run_module(main, args, check=False, diff=False)`` -> result dict; raises ``run_module.Fail`` on fail_json."""
 
-    def exit_json(self, **kwargs):
-        raise ModuleExit(kwargs)
-
-    def fail_json(self, msg, **kwargs):
-        raise ModuleFail({"msg": msg, **kwargs})
-
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
-
     def run(main, args, check=False, diff=False):
-        full = dict(args, _ansible_check_mode=check, _ansible_diff=diff)
-        with patch_module_args(full), pytest.raises(ModuleExit) as exited:
-            main()
-        return exited.value.result
+        return harness.run(main, args, check_mode=check, diff=diff)
 
-    run.Fail = ModuleFail
+    run.Fail = AnsibleFailJson
     return run

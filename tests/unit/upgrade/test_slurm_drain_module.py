@@ -5,23 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuops.cluster.plugins.modules import slurm_drain
 
+from tests.unit.module_harness import AnsibleFailJson, FakeCommands, ModuleHarness
+
 RUN = "r20261202-1"
-
-
-class Exit(Exception):
-    def __init__(self, result):
-        super().__init__(result)
-        self.result = result
-
-
-class Fail(Exception):
-    def __init__(self, result):
-        super().__init__(result.get("msg"))
-        self.result = result
 
 
 class FakeSlurm:
@@ -39,9 +27,8 @@ class FakeSlurm:
         self.scontrol_rc = 0
         self.clock = 0.0
 
-    def run_command(self, args, *_, environ_update=None, **__):
-        assert isinstance(args, list)
-        assert environ_update == {"LC_ALL": "C"}
+    def answer(self, args):
+        """The harness's answer to every command (it has checked the argv list and the C locale)."""
         self.calls.append(list(args))
         tool = args[0].rsplit("/", 1)[-1]
         if tool == "sinfo":
@@ -100,37 +87,32 @@ class FakeSlurm:
 
 
 @pytest.fixture
-def slurm(monkeypatch):
+def harness(monkeypatch):
+    return ModuleHarness(monkeypatch)
+
+
+@pytest.fixture
+def slurm(harness, monkeypatch):
     fake = FakeSlurm()
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, *a, **k: fake.run_command(*a, **k))
-    monkeypatch.setattr(
-        basic.AnsibleModule, "get_bin_path", lambda self, name, required=False, opt_dirs=None: "/usr/bin/" + name
-    )
+    harness.commands = FakeCommands(fallback=fake.answer)
     monkeypatch.setattr(slurm_drain.time, "monotonic", lambda: fake.clock)
 
     def sleep(seconds):
         fake.clock += seconds
 
     monkeypatch.setattr(slurm_drain.time, "sleep", sleep)
-
-    def exit_json(self, **kwargs):
-        raise Exit(kwargs)
-
-    def fail_json(self, msg, **kwargs):
-        raise Fail({"msg": msg, **kwargs})
-
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
     return fake
 
 
-def run(args, check=False, diff=False):
-    with patch_module_args(dict(args, _ansible_check_mode=check, _ansible_diff=diff)), pytest.raises(Exit) as done:
-        slurm_drain.main()
-    return done.value.result
+@pytest.fixture
+def run(harness):
+    def run(args, check=False, diff=False):
+        return harness.run(slurm_drain, args, check_mode=check, diff=diff)
+
+    return run
 
 
-def test_drain_an_idle_node(slurm):
+def test_drain_an_idle_node(slurm, run):
     result = run({"node": "n1", "state": "drained", "run_id": RUN}, diff=True)
     assert result["changed"] is True
     assert result["action"] == "drain"
@@ -157,7 +139,7 @@ def test_drain_an_idle_node(slurm):
     assert len(slurm.scontrol_calls()) == 1
 
 
-def test_drain_waits_for_the_running_job(slurm):
+def test_drain_waits_for_the_running_job(slurm, run):
     slurm.job_reads_left["n2"] = 3  # running at the first read, the drain, and one poll; idle at the next
     result = run({"node": "n2", "state": "drained", "run_id": RUN, "poll_interval": 5, "wait_timeout": 60})
     assert result["drained"] is True
@@ -166,7 +148,7 @@ def test_drain_waits_for_the_running_job(slurm):
     assert result["node"]["state"] == "idle"
 
 
-def test_drain_times_out_and_leaves_the_node_drained(slurm):
+def test_drain_times_out_and_leaves_the_node_drained(slurm, run):
     slurm.job_reads_left["n2"] = 100
     result = run({"node": "n2", "state": "drained", "run_id": RUN, "poll_interval": 7, "wait_timeout": 20})
     assert result["timed_out"] is True
@@ -181,7 +163,7 @@ def test_drain_times_out_and_leaves_the_node_drained(slurm):
     assert slurm.nodes["n2"]["reason"] == "gpuops-upgrade[%s]: jobs still running after 20s" % RUN
 
 
-def test_someone_elses_drain_is_kept_and_never_resumed(slurm):
+def test_someone_elses_drain_is_kept_and_never_resumed(slurm, run):
     drained = run({"node": "n3", "state": "drained", "run_id": RUN})
     assert drained["changed"] is False
     assert drained["pre_existing"] is True
@@ -194,7 +176,7 @@ def test_someone_elses_drain_is_kept_and_never_resumed(slurm):
     assert slurm.nodes["n3"]["reason"] == "bad DIMM, ticket HW-4411"
 
 
-def test_resume_our_drain_after_a_reboot(slurm):
+def test_resume_our_drain_after_a_reboot(slurm, run):
     slurm.nodes["n1"] = {"state": "down", "flags": ["DRAIN"], "reason": "gpuops-upgrade[older-run]: upgrading"}
     result = run({"node": "n1", "state": "resumed"})
     assert result["action"] == "resume"
@@ -203,7 +185,7 @@ def test_resume_our_drain_after_a_reboot(slurm):
     assert run({"node": "n1", "state": "resumed"})["changed"] is False
 
 
-def test_check_mode_runs_no_scontrol_and_predicts(slurm):
+def test_check_mode_runs_no_scontrol_and_predicts(slurm, run):
     result = run({"node": "n2", "state": "drained", "run_id": RUN}, check=True)
     assert result["changed"] is True
     assert result["node"]["drain"] is True
@@ -212,12 +194,12 @@ def test_check_mode_runs_no_scontrol_and_predicts(slurm):
     assert slurm.clock == 0.0
 
 
-def test_status_reports_ownership(slurm):
+def test_status_reports_ownership(slurm, run):
     assert run({"node": "n3"})["pre_existing"] is True
     assert run({"node": "n1"})["ours"] is False
 
 
-def test_text_fallback_when_json_is_missing(slurm):
+def test_text_fallback_when_json_is_missing(slurm, run):
     slurm.json_works = False
     result = run({"node": "n1", "state": "drained", "run_id": RUN})
     assert result["ours"] is True
@@ -234,14 +216,14 @@ def test_text_fallback_when_json_is_missing(slurm):
         ({"node": "n1", "poll_interval": 0}, "poll_interval"),
     ],
 )
-def test_failures_say_what_to_do(slurm, args, message):
-    with pytest.raises(Fail, match=message):
+def test_failures_say_what_to_do(slurm, run, args, message):
+    with pytest.raises(AnsibleFailJson, match=message):
         run(args)
 
 
-def test_scontrol_failure_is_reported_with_its_output(slurm):
+def test_scontrol_failure_is_reported_with_its_output(slurm, run):
     slurm.scontrol_rc = 1
-    with pytest.raises(Fail) as failed:
+    with pytest.raises(AnsibleFailJson) as failed:
         run({"node": "n1", "state": "drained", "run_id": RUN})
     assert failed.value.result["stderr"] == "scontrol: error: Invalid user for SlurmUser"
     assert "Slurm operator" in failed.value.result["msg"]
