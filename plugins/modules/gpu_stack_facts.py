@@ -14,8 +14,9 @@ description:
   - Sets the C(gpu_stack) fact with the installed version, pin, hold and unattended-upgrades state of every
     requested package, the loaded kernel module version, the NVML driver version and GPU models from nvidia-smi,
     NVSwitch presence, drift flags and whether a reboot is needed.
-  - Runs at most three commands; one package query for all names (C(dpkg-query) or C(rpm -q)), one
-    C(nvidia-smi --query-gpu) and one C(lspci -n -d 10de:) (none when O(nvswitch) is set).
+  - Runs at most four commands; one package query for all names (C(dpkg-query) or C(rpm -q)), one
+    C(nvidia-smi --query-gpu), one C(lspci -n -d 10de:) (none when O(nvswitch) is set) and one C(systemctl show)
+    for O(services).
   - Never changes the node.
 author:
   - gpuops.cluster maintainers (@gpuops)
@@ -66,6 +67,15 @@ options:
       - Set to say whether the node has NVSwitches (inventory override); no C(lspci) call is made then.
       - Unset, NVSwitches are detected from C(lspci) with O(nvswitch_pci_ids).
     type: bool
+  services:
+    description:
+      - systemd services to report as C(services.<name>.active) and C(services.<name>.enabled), read with one
+        C(systemctl show) call (none when the list is empty or the node has no systemctl).
+      - The nvidia_stack role starts a service only when it is not already running and enabled, or when the stack
+        changed.
+    type: list
+    elements: str
+    default: []
   nvswitch_pci_ids:
     description:
       - NVIDIA (vendor C(10de)) PCI device ids that are NVSwitch functions.
@@ -170,6 +180,11 @@ ansible_facts:
               C(drifted), C(reboot_required), C(reboot_reasons).
           type: dict
           returned: always
+        services:
+          description: Per service of O(services), whether it is C(active) and C(enabled); empty without systemctl.
+          type: dict
+          returned: always
+          sample: {"nvidia-fabricmanager": {"active": true, "enabled": true}}
         reboot_required:
           description:
             - True when the loaded kernel module differs from the installed driver, or a requested driver is
@@ -286,6 +301,20 @@ def nvswitch(module):
     return {"present": bool(devices), "source": "lspci", "devices": devices}
 
 
+def services(module, names):
+    """``{name: {active, enabled}}`` of the systemd services ``names``, from one systemctl call."""
+    systemctl = module.get_bin_path("systemctl")
+    if not names or not systemctl:
+        return {}
+    argv = [systemctl, "show", "--property=Id,ActiveState,UnitFileState", "--", *names]
+    rc, out, err = module.run_command(argv)
+    if rc != 0:
+        module.fail_json(
+            msg="systemctl show failed: %s" % first_line(err, out), rc=rc, stdout=out, stderr=err, cmd=argv
+        )
+    return stack_facts.parse_systemctl_show(out)
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -305,6 +334,7 @@ def main():
             "nvidia_smi": {"type": "bool", "default": True},
             "nvswitch": {"type": "bool"},
             "nvswitch_pci_ids": {"type": "list", "elements": "str", "default": ["1af1", "22a3"]},
+            "services": {"type": "list", "elements": "str", "default": []},
             "preferences_path": {"type": "path", "default": "/etc/apt/preferences.d/gpuops-nvidia.pref"},
             "unattended_upgrades_path": {
                 "type": "path",
@@ -365,6 +395,7 @@ def main():
         "nvml": nvml_facts,
         "gpu_models": sorted({gpu["name"] for gpu in (nvml_facts or {}).get("gpus", [])}),
         "nvswitch": nvswitch(module),
+        "services": services(module, params["services"]),
         "drift": drift,
         "reboot_required": drift["reboot_required"],
     }

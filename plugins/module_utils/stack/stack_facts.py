@@ -95,6 +95,27 @@ def parse_lspci_nvswitch(text: str, device_ids: dict[str, str] | None = None) ->
     return found
 
 
+def parse_systemctl_show(text: str) -> dict[str, dict]:
+    """``systemctl show --property=Id,ActiveState,UnitFileState a b`` -> ``{a: {active, enabled}}``.
+
+    One block per unit, blocks separated by a blank line; the unit name loses its ``.service``.
+    A unit that does not exist is inactive with an empty UnitFileState: not active, not enabled.
+    """
+    units = {}
+    for block in text.strip().split("\n\n"):
+        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        name = fields.get("Id", "")
+        if not name:
+            continue
+        if name.endswith(".service"):
+            name = name[: -len(".service")]
+        units[name] = {
+            "active": fields.get("ActiveState") == "active",
+            "enabled": fields.get("UnitFileState") in ("enabled", "enabled-runtime", "static", "alias"),
+        }
+    return units
+
+
 def upstream_version(package_version: str | None) -> str | None:
     """The driver version inside a package version: ``3:550.127.08-1.el9`` -> ``550.127.08``."""
     if not package_version:

@@ -23,6 +23,7 @@ class FakeNode:
         self.enabled_streams: dict[str, str] = {}
         self.nvidia_smi = (0, "", "")
         self.lspci = (0, "", "")
+        self.units: dict[str, tuple[str, str]] = {}  # service -> (ActiveState, UnitFileState)
         self.fail: dict[str, tuple[int, str, str]] = {}
         self.calls: list[list[str]] = []
 
@@ -91,6 +92,14 @@ class FakeNode:
 
     def _nvidia_smi(self, argv):
         return self.nvidia_smi
+
+    def _systemctl(self, argv):
+        assert argv[:3] == ["show", "--property=Id,ActiveState,UnitFileState", "--"]
+        blocks = []
+        for name in argv[3:]:
+            active, enabled = self.units.get(name, ("inactive", ""))
+            blocks.append(f"Id={name}.service\nActiveState={active}\nUnitFileState={enabled}\n")
+        return 0, "\n".join(blocks), ""
 
     def _lspci(self, argv):
         assert argv == ["-n", "-d", "10de:"]

@@ -181,3 +181,26 @@ def test_dnf_node(run_module, node, files):
     assert facts["drift"]["pin_missing"] == ["nvidia-fabricmanager"]
     assert facts["drift"]["hold_missing"] == []
     assert facts["reboot_required"] is False
+
+
+def test_services_are_read_with_one_systemctl_call(run_module, converged, files):
+    converged.binaries.add("systemctl")
+    converged.units = {"nvidia-persistenced": ("active", "enabled"), "nvidia-fabricmanager": ("failed", "enabled")}
+    names = ["nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm"]
+    facts = facts_of(run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED, services=names)))
+    assert facts["services"] == {
+        "nvidia-persistenced": {"active": True, "enabled": True},
+        "nvidia-fabricmanager": {"active": False, "enabled": True},
+        "nvidia-dcgm": {"active": False, "enabled": False},
+    }
+    assert [call for call in converged.calls if call[0].endswith("systemctl")] == [
+        ["/usr/bin/systemctl", "show", "--property=Id,ActiveState,UnitFileState", "--", *names]
+    ]
+
+
+def test_no_services_asked_or_no_systemctl_no_call(run_module, converged, files):
+    facts = facts_of(run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED, services=["nvidia-dcgm"])))
+    assert facts["services"] == {}
+    converged.binaries.add("systemctl")
+    assert facts_of(run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED)))["services"] == {}
+    assert not [call for call in converged.calls if call[0].endswith("systemctl")]

@@ -168,3 +168,19 @@ def test_drift_rpm_without_holds():
     assert result["drifted"] is False
     assert result["hold_missing"] == []
     assert result["installed_driver_version"] == "550.127.08"
+
+
+def test_parse_systemctl_show_blocks():
+    from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_facts import parse_systemctl_show
+
+    text = (
+        "Id=nvidia-persistenced.service\nActiveState=active\nUnitFileState=static\n\n"
+        "Id=nvidia-dcgm.service\nActiveState=activating\nUnitFileState=enabled\n\n"
+        "Id=gone.service\nActiveState=inactive\nUnitFileState=\n"
+    )
+    assert parse_systemctl_show(text) == {
+        "nvidia-persistenced": {"active": True, "enabled": True},
+        "nvidia-dcgm": {"active": False, "enabled": True},
+        "gone": {"active": False, "enabled": False},
+    }
+    assert parse_systemctl_show("") == {}
