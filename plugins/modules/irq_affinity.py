@@ -20,6 +20,10 @@ description:
     device address and queue index do not).
   - O(irqbalance=stop) disables and stops irqbalance; O(irqbalance=ban) points irqbalance at
     O(policy_script) (C(--policyscript)), which bans the planned devices' IRQs, and restarts it when running.
+  - O(boot_unit=true) also installs, below O(root), the boot script at O(policy_script) (mode 0755),
+    C(/etc/systemd/system/gpuops-irq-affinity.service) (0644) that runs it at boot when O(persist_path)
+    exists, and the C(multi-user.target.wants) link that enables it; missing directories are created 0755.
+    RV(changed_unit) says whether the unit file changed, so the caller reloads systemd only then.
 author:
   - gpuops.cluster maintainers (@gpuops)
 options:
@@ -49,9 +53,19 @@ options:
         else C(/etc/default/irqbalance).
     type: path
   policy_script:
-    description: The irqbalance policy script path for O(irqbalance=ban) (installed by the role).
+    description:
+      - The boot script, also the irqbalance policy script for O(irqbalance=ban).
+      - Installed there with O(boot_unit=true).
+      - An absolute path on the node (below O(root)), without spaces.
     type: path
     default: /usr/local/sbin/gpuops-irq-affinity
+  boot_unit:
+    description:
+      - Install the boot script, the C(gpuops-irq-affinity.service) unit and its C(multi-user.target.wants)
+        link (root-owned), which re-apply the persisted plan at every boot.
+      - The unit is not started and systemd is not reloaded here; see RV(changed_unit).
+    type: bool
+    default: false
   persist:
     description: Whether to write O(persist_path) for the boot unit.
     type: bool
@@ -77,7 +91,7 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
-    details: The diff is the plan file and the IRQ affinities before and after.
+    details: The diff is the plan file, the boot script, unit and link, and the IRQ affinities before and after.
 notes:
   - IRQs with kernel-managed affinity refuse writes; they are listed in RV(not_applied_live), not failed.
 """
@@ -89,6 +103,14 @@ EXAMPLES = r"""
     housekeeping_cpus: "0-1"
     irqbalance: ban
   register: kernel_tuning_irq_result
+
+- name: Pin them, persist the plan and install the boot unit that re-applies it
+  gpuops.cluster.irq_affinity:
+    drivers: [mlx5_core, nvidia]
+    irqbalance: ban
+    boot_unit: true
+  register: irq_result
+  notify: Reload systemd  # a handler with `when: irq_result.changed_unit`
 
 - name: Plan only, for one NIC
   gpuops.cluster.irq_affinity:
@@ -137,6 +159,17 @@ persist_path:
   returned: always
   type: str
   sample: /etc/gpuops/irq-affinity.conf
+boot_files:
+  description: The boot script, unit and link that changed (in check mode, would change), paths below O(root).
+  returned: always
+  type: list
+  elements: str
+  sample: ["/etc/systemd/system/gpuops-irq-affinity.service"]
+changed_unit:
+  description: Whether the unit file changed (or would); reload systemd when true. False without O(boot_unit).
+  returned: always
+  type: bool
+  sample: false
 container:
   description: The container kind detected, or null on a host.
   returned: always
@@ -148,7 +181,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file
-from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import irq_affinity
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_checked, use_c_locale
+from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import irq_affinity, owned_files
 
 
 def _systemctl(module, root, *args):
@@ -159,16 +193,12 @@ def _systemctl(module, root, *args):
     if not container_detection.is_running_system(root):
         argv.append(f"--root={root}")
     argv.extend(args)
-    rc, out, _err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+    rc, out, _err = module.run_command(argv)
     return rc, out.strip()
 
 
 def _run(module, argv, what):
-    rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
-    if rc != 0:
-        module.fail_json(
-            msg=f"{what} failed (rc={rc}); check the irqbalance unit and rerun", rc=rc, stdout=out, stderr=err
-        )
+    run_checked(module, argv, what, hint="check the irqbalance unit and rerun")
 
 
 def _irqbalance(module, root, result):
@@ -194,7 +224,7 @@ def _irqbalance(module, root, result):
         argv.append("irqbalance.service")
         state.update(action="disabled", commands=[argv])
         if not module.check_mode:
-            _run(module, argv, "disabling irqbalance")
+            _run(module, argv, "disable irqbalance")
         return True
     config = module.params["irqbalance_config"]
     if not config:
@@ -220,7 +250,7 @@ def _irqbalance(module, root, result):
             argv = [systemctl, "restart", "irqbalance.service"]
             state.update(action="restarted", commands=[argv])
             if not module.check_mode:
-                _run(module, argv, "restarting irqbalance")
+                _run(module, argv, "restart irqbalance")
     return True
 
 
@@ -233,6 +263,7 @@ def main():
             irqbalance=dict(type="str", choices=["leave", "stop", "ban"], default="leave"),
             irqbalance_config=dict(type="path"),
             policy_script=dict(type="path", default="/usr/local/sbin/gpuops-irq-affinity"),
+            boot_unit=dict(type="bool", default=False),
             persist=dict(type="bool", default=True),
             persist_path=dict(type="path", default="/etc/gpuops/irq-affinity.conf"),
             apply_live=dict(type="str", choices=list(container_detection.APPLY_LIVE_CHOICES), default="auto"),
@@ -240,8 +271,13 @@ def main():
         ),
         supports_check_mode=True,
     )
+    use_c_locale(module)
     params = module.params
     root = params["root"]
+    try:
+        boot = irq_affinity.boot_files(params["policy_script"], params["persist_path"]) if params["boot_unit"] else []
+    except ValueError as exc:
+        module.fail_json(msg=f"{exc}; the boot unit runs it as is")
     try:
         housekeeping = irq_affinity.parse_cpulist(params["housekeeping_cpus"])
         addresses = irq_affinity.resolve_devices(root, params["devices"], params["drivers"])
@@ -269,10 +305,22 @@ def main():
         applied_live=[],
         not_applied_live=[],
         persist_path=persist_path,
+        boot_files=[],
+        changed_unit=False,
         container=container,
         diff=[],
     )
     changed = False
+    for item in boot:
+        path = managed_file.under(root, item["path"])
+        if item["kind"] == "link":
+            done = owned_files.sync_link(module, path, item["link"], result["diff"])
+        else:
+            done = owned_files.sync_file(module, path, item["content"], item["mode"], result["diff"])
+        if done:
+            changed = True
+            result["boot_files"].append(path)
+            result["changed_unit"] = result["changed_unit"] or item["kind"] == "unit"
     if params["persist"]:
         before = managed_file.read_text(persist_path, "")
         after = irq_affinity.render_persist(devices, planned["irqs"])

@@ -147,6 +147,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_checked, use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import kernel_cmdline
 
 
@@ -199,7 +200,7 @@ def _grub_default(module, root, add, remove, result, skip_reason):
         if not module.check_mode:
             managed_file.write_atomic(module, path, after, mode=None, create_parent=True)
             if command:
-                rc, out, err = module.run_command(command, environ_update={"LC_ALL": "C"})
+                rc, out, err = module.run_command(command)
                 if rc != 0:
                     module.fail_json(
                         msg=f"{' '.join(command)} failed (rc={rc}); {path} is already edited: fix the grub "
@@ -220,11 +221,7 @@ def _grubby(module, root, add, remove, result, skip_reason):
             msg=f"bootloader=grubby reads the running system's /boot, not {root}; use root / or grub_default"
         )
     grubby = module.get_bin_path("grubby", required=True)
-    rc, out, err = module.run_command([grubby, "--info=ALL"], environ_update={"LC_ALL": "C"})
-    if rc != 0:
-        module.fail_json(
-            msg=f"grubby --info=ALL failed (rc={rc}); check /boot/loader/entries", rc=rc, stdout=out, stderr=err
-        )
+    out, _err = run_checked(module, [grubby, "--info=ALL"], "list the boot entries", hint="check /boot/loader/entries")
     entries = kernel_cmdline.parse_grubby_info(out)
     if not entries:
         module.fail_json(
@@ -247,11 +244,7 @@ def _grubby(module, root, add, remove, result, skip_reason):
         return False
     result["command"] = command
     if not module.check_mode:
-        rc, out, err = module.run_command(command, environ_update={"LC_ALL": "C"})
-        if rc != 0:
-            module.fail_json(
-                msg=f"grubby failed (rc={rc}); check the arguments and /boot", rc=rc, stdout=out, stderr=err
-            )
+        run_checked(module, command, "change the kernel arguments", hint="check the arguments and /boot")
     return True
 
 
@@ -267,6 +260,7 @@ def main():
         ),
         supports_check_mode=True,
     )
+    use_c_locale(module)
     root = module.params["root"]
     try:
         add = kernel_cmdline.validate_args(module.params["args"])

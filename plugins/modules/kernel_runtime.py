@@ -18,7 +18,10 @@ description:
   - These knobs are host-global, so in a container the file is persisted but nothing is written live
     unless O(apply_live=always) (which writes the HOST's values); what was not applied is listed in
     RV(not_applied_live).
-  - Knobs left unset (null) are not touched and not persisted.
+  - Knobs left unset (null) are not touched and not persisted, so one call can set the three areas (or
+    any of them) in one drop-in; RV(changed_areas) says which of them changed.
+  - O(replaces) names older drop-ins of this module whose lines the drop-in now holds (one per area
+    before the areas shared a file); they are removed, so systemd-tmpfiles never applies stale values.
 author:
   - gpuops.cluster maintainers (@gpuops)
 options:
@@ -47,8 +50,16 @@ options:
   governor:
     description: CPU frequency governor for every CPU with cpufreq, such as C(performance).
     type: str
+  replaces:
+    description:
+      - Names (without C(.conf)) of older tmpfiles.d drop-ins this one replaces. Each is removed when O(persist)
+        is true, but only when it carries the header this module writes; any other file of that name is left alone.
+      - Never list O(name) itself.
+    type: list
+    elements: str
+    default: []
   persist:
-    description: Whether to write the tmpfiles.d drop-in.
+    description: Whether to write the tmpfiles.d drop-in (and remove the O(replaces) ones).
     type: bool
     default: true
   apply_live:
@@ -68,10 +79,20 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
-    details: The diff is the tmpfiles.d drop-in and the sysfs values before and after.
+    details: The diff is the tmpfiles.d drop-in, each replaced drop-in removed, and the sysfs values before and after.
 """
 
 EXAMPLES = r"""
+- name: THP, hugepages and the governor in one call and one drop-in, replacing the older per-area drop-ins
+  gpuops.cluster.kernel_runtime:
+    name: gpuops-kernel-runtime
+    replaces: [gpuops-thp, gpuops-hugepages, gpuops-governor]
+    thp_enabled: madvise
+    thp_defrag: defer+madvise
+    hugepages: 1024
+    governor: performance
+  register: kernel_runtime_result
+
 - name: Transparent hugepages to madvise for training nodes
   gpuops.cluster.kernel_runtime:
     name: gpuops-thp
@@ -117,6 +138,20 @@ file_changed:
   returned: always
   type: bool
   sample: false
+changed_areas:
+  description:
+    - The areas (C(thp), C(hugepages), C(governor)) whose sysfs values were written live or whose persisted
+      lines changed, or that had lines in a removed O(replaces) drop-in (in check mode, would be).
+  returned: always
+  type: list
+  elements: str
+  sample: ["thp"]
+removed:
+  description: The O(replaces) drop-ins removed (in check mode, that would be).
+  returned: always
+  type: list
+  elements: str
+  sample: ["/etc/tmpfiles.d/gpuops-thp.conf"]
 container:
   description: The container kind detected, or null on a host.
   returned: always
@@ -128,6 +163,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import kernel_runtime
 
 
@@ -141,6 +177,7 @@ def main():
             hugepages_per_node=dict(type="dict"),
             hugepage_size_kb=dict(type="int", default=2048),
             governor=dict(type="str"),
+            replaces=dict(type="list", elements="str", default=[]),
             persist=dict(type="bool", default=True),
             apply_live=dict(type="str", choices=list(container_detection.APPLY_LIVE_CHOICES), default="auto"),
             root=dict(type="path", default="/"),
@@ -148,10 +185,14 @@ def main():
         mutually_exclusive=[("hugepages", "hugepages_per_node")],
         supports_check_mode=True,
     )
+    use_c_locale(module)
     params = module.params
     root = params["root"]
-    if not params["name"] or "/" in params["name"]:
-        module.fail_json(msg=f"name {params['name']!r} must be a plain file name without .conf")
+    for name in [params["name"]] + params["replaces"]:
+        if not name or "/" in name:
+            module.fail_json(msg=f"name {name!r} must be a plain file name without .conf")
+    if params["name"] in params["replaces"]:
+        module.fail_json(msg=f"replaces lists {params['name']!r}, the drop-in this call writes; drop it from replaces")
     size = params["hugepage_size_kb"]
     current = {
         "thp": kernel_runtime.read_thp(root),
@@ -175,6 +216,7 @@ def main():
     )
     before = managed_file.read_text(path)
     after = kernel_runtime.render_tmpfiles(decided["persist"]) if decided["persist"] else None
+    removed = {}
     if params["persist"]:
         result["file_changed"] = before != after
         if result["file_changed"] and not module.check_mode:
@@ -182,6 +224,14 @@ def main():
                 os.unlink(path)
             else:
                 managed_file.write_atomic(module, path, after, create_parent=True)
+        for name in params["replaces"]:
+            old = os.path.join(root, "etc", "tmpfiles.d", name + ".conf")
+            text = managed_file.read_text(old)
+            if kernel_runtime.is_managed(text):
+                removed[old] = text
+                if not module.check_mode:
+                    os.unlink(old)
+    result["removed"] = list(removed)
     reason = container_detection.skip_live_reason(module.params["apply_live"], root, container)
     for write in decided["writes"]:
         shown = f"/{write['path']}"
@@ -209,10 +259,15 @@ def main():
                     name=write["knob"], reason=f"kernel allocated {now} of {write['after']} pages (memory fragmented?)"
                 )
             )
-    result["changed"] = result["file_changed"] or bool(result["applied_live"])
+    written = [w["path"] for w in decided["writes"] if f"/{w['path']}" in result["applied_live"]]
+    result["changed_areas"] = kernel_runtime.changed_areas(
+        before if result["file_changed"] else after, after, removed.values(), written
+    )
+    result["changed"] = result["file_changed"] or bool(result["applied_live"]) or bool(removed)
     if module._diff:
         result["diff"] = [
             dict(before=before or "", after=after or "", before_header=path, after_header=path),
+            *(dict(before=text, after="", before_header=old, after_header=old) for old, text in removed.items()),
             dict(
                 before="".join(f"/{w['path']}: {w['before']}\n" for w in decided["writes"]),
                 after="".join(f"/{w['path']}: {w['after']}\n" for w in decided["writes"]),

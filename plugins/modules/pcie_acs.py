@@ -90,6 +90,7 @@ container:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_checked, use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import pcie_acs
 
 
@@ -102,15 +103,14 @@ def main():
         ),
         supports_check_mode=True,
     )
+    use_c_locale(module)
     container = container_detection.detect(module, "/")
     result = dict(changed=False, devices=[], enabled=[], commands=[], not_applied_live=[], container=container)
     lspci = module.get_bin_path("lspci")
     if not lspci:
         module.warn("lspci not found: install pciutils to report PCIe ACS")
         module.exit_json(**result)
-    rc, out, err = module.run_command([lspci, "-D", "-vvv"], environ_update={"LC_ALL": "C"})
-    if rc != 0:
-        module.fail_json(msg=f"lspci -D -vvv failed (rc={rc}); check pciutils", rc=rc, stdout=out, stderr=err)
+    out, _err = run_checked(module, [lspci, "-D", "-vvv"], "list the PCI devices", hint="check pciutils")
     devices = pcie_acs.parse_lspci(out)
     result["devices"] = devices
     result["enabled"] = pcie_acs.enabled(devices)
@@ -128,10 +128,8 @@ def main():
     result["commands"] = [pcie_acs.disable_argv(setpci, a) for a in targets]
     result["changed"] = True
     if not module.check_mode:
-        for argv in result["commands"]:
-            rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
-            if rc != 0:
-                module.fail_json(msg=f"{' '.join(argv)} failed (rc={rc}); run as root", rc=rc, stdout=out, stderr=err)
+        for address, argv in zip(targets, result["commands"]):
+            run_checked(module, argv, f"disable ACS on {address}", hint="run as root")
     module.exit_json(**result)
 
 

@@ -150,6 +150,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import sysctl_profile
 
 
@@ -190,6 +191,7 @@ def main():
         required_if=[("state", "present", ("sysctls",))],
         supports_check_mode=True,
     )
+    use_c_locale(module)
     params = module.params
     root = params["root"]
     if "/" in params["name"] or not params["name"]:
@@ -250,7 +252,7 @@ def main():
             managed_file.write_atomic(module, path, content, create_parent=True)
         if to_apply:
             if result["command"]:
-                rc, out, err = module.run_command(result["command"], environ_update={"LC_ALL": "C"})
+                rc, out, err = module.run_command(result["command"])
             else:
                 # apply_live=always under another root (a chroot with its own /proc mounted): write its
                 # /proc/sys directly. sysctl itself would act on the machine running this module.

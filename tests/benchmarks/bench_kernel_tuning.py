@@ -6,12 +6,17 @@ Prints: for a 20-sysctl profile, the module calls and sysctl reloads of a first
 run and of a re-run (run_command mocked; a stand-in sysctl writes a fake /proc/sys
 tree, so nothing on this machine is touched) and the time of one module call;
 then the wall time of the kernel_tuning role against a fake tree (first run,
-idempotent re-run, --check), with kernel_tuning_root pointing at that tree.
+idempotent re-run, --check), with kernel_tuning_root pointing at that tree and
+every area the molecule scenario enables switched on (hugepages per node, peermem),
+and the remote module executions of each run: tasks that ran a module on the host
+(controller-side actions such as set_fact, debug, assert, include_vars left out),
+each loop item counted once, skipped ones not at all.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import statistics
 import subprocess
@@ -22,6 +27,41 @@ from pathlib import Path
 from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
+# Counts the remote module executions of a run (a callback plugin written next to the play).
+COUNTER = """
+import json
+import os
+
+from ansible.plugins.callback import CallbackBase
+
+CONTROLLER_SIDE = {"set_fact", "debug", "assert", "include_vars", "meta", "fail", "include_role", "import_role",
+                   "include_tasks", "import_tasks", "add_host", "group_by", "pause", "validate_argument_spec"}
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "gpuops_count"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tasks = []
+
+    def _count(self, result):
+        if result._task.action.rsplit(".", 1)[-1] in CONTROLLER_SIDE:
+            return
+        items = result._result.get("results")
+        ran = len([r for r in items if not r.get("skipped")]) if isinstance(items, list) else 1
+        if ran:
+            self.tasks.append([result._task.get_name().split(" : ", 1)[-1], ran])
+
+    v2_runner_on_ok = v2_runner_on_failed = _count
+
+    def v2_playbook_on_stats(self, stats):
+        with open(os.environ["GPUOPS_COUNT_FILE"], "w", encoding="utf-8") as handle:
+            json.dump(self.tasks, handle)
+"""
 sys.path.insert(0, str(ROOT / ".collections"))
 sys.path.insert(0, str(ROOT))
 
@@ -101,6 +141,17 @@ def role_figures() -> None:
             "---\n- name: Bench\n  hosts: localhost\n  gather_facts: false\n  roles:\n"
             "    - role: gpuops.cluster.kernel_tuning\n"
             f"      vars:\n        kernel_tuning_root: {root}\n        kernel_tuning_apply_live: always\n"
+            "        kernel_tuning_hugepages_enabled: true\n        kernel_tuning_hugepages_per_node: {0: 16}\n"
+            "        kernel_tuning_peermem_enabled: true\n"
+        )
+        plugins = Path(tmp) / "callbacks"
+        plugins.mkdir()
+        (plugins / "gpuops_count.py").write_text(COUNTER)
+        counted = Path(tmp) / "count.json"
+        env.update(
+            ANSIBLE_CALLBACK_PLUGINS=str(plugins),
+            ANSIBLE_CALLBACKS_ENABLED="gpuops_count",
+            GPUOPS_COUNT_FILE=str(counted),
         )
         argv = [
             str(ROOT / ".venv/bin/ansible-playbook"),
@@ -118,7 +169,10 @@ def role_figures() -> None:
             wall = time.perf_counter() - start
             recap = [line for line in done.stdout.splitlines() if line.startswith("localhost")]
             tally = recap[-1].split(":", 1)[1].strip() if recap else done.stdout[-400:]
+            tasks = json.loads(counted.read_text()) if counted.exists() else []
             print(f"role {label:9}: {wall:5.2f} s  rc={done.returncode}  {tally}")
+            listed = ", ".join(f"{name} x{n}" for name, n in tasks)
+            print(f"  {sum(n for _name, n in tasks)} remote module executions: {listed}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ Readers take a root path and read sysfs (``bus/pci/devices/<addr>/numa_node``,
 :func:`plan` is pure: it spreads each device's IRQs across the CPUs local to the
 device's NUMA node, primary hardware threads first, skipping housekeeping CPUs,
 and keeps a cursor per CPU set so devices sharing a node do not pile onto its
-first core.
+first core. :func:`render_boot_script` and :func:`render_boot_unit` render the
+boot script (also the irqbalance policy script) and the systemd unit that re-apply
+the persisted plan at boot.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
+
 _PCI_ADDRESS = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+BOOT_UNIT = "gpuops-irq-affinity.service"
+BOOT_UNIT_DIR = "/etc/systemd/system"
+BOOT_WANTS_DIR = "/etc/systemd/system/multi-user.target.wants"
+# The first line the role's templates carried ({{ ansible_managed }}): kept so nodes see no change.
+BOOT_HEADER = "# Ansible managed"
 PERSIST_HEADER = (
     "# Managed by gpuops.cluster.irq_affinity: edits here are overwritten.\n"
     "# pci_address msi_index cpulist (msi_index counts the device's MSI IRQs in numeric order)\n"
@@ -59,16 +68,8 @@ def format_cpulist(cpus) -> str:
 
 
 # ---------------------------------------------------------------- readers
-def _read(path, default=None):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().strip()
-    except OSError:
-        return default
-
-
 def read_online_cpus(root: str) -> list:
-    return parse_cpulist(_read(os.path.join(root, "sys", "devices", "system", "cpu", "online"), ""))
+    return parse_cpulist(read_value(os.path.join(root, "sys", "devices", "system", "cpu", "online"), ""))
 
 
 def read_nodes(root: str) -> dict:
@@ -81,7 +82,7 @@ def read_nodes(root: str) -> dict:
         return nodes
     for name in names:
         if re.match(r"^node\d+$", name):
-            nodes[int(name[4:])] = parse_cpulist(_read(os.path.join(base, name, "cpulist"), ""))
+            nodes[int(name[4:])] = parse_cpulist(read_value(os.path.join(base, name, "cpulist"), ""))
     return dict(sorted(nodes.items()))
 
 
@@ -90,7 +91,7 @@ def read_siblings(root: str, cpus) -> dict:
     base = os.path.join(root, "sys", "devices", "system", "cpu")
     result = {}
     for cpu in cpus:
-        text = _read(os.path.join(base, f"cpu{cpu}", "topology", "thread_siblings_list"))
+        text = read_value(os.path.join(base, f"cpu{cpu}", "topology", "thread_siblings_list"))
         result[cpu] = parse_cpulist(text) if text else [cpu]
     return result
 
@@ -100,14 +101,14 @@ def read_device(root: str, address: str) -> dict:
     base = os.path.join(root, "sys", "bus", "pci", "devices", address)
     if not os.path.isdir(base):
         raise LookupError(f"PCI device {address} not found under {base}")
-    numa = _read(os.path.join(base, "numa_node"), "-1")
-    local = _read(os.path.join(base, "local_cpulist"), "")
+    numa = read_value(os.path.join(base, "numa_node"), "-1")
+    local = read_value(os.path.join(base, "local_cpulist"), "")
     try:
         irqs = sorted(int(n) for n in os.listdir(os.path.join(base, "msi_irqs")) if n.isdigit())
     except OSError:
         irqs = []
     if not irqs:
-        legacy = _read(os.path.join(base, "irq"), "0")
+        legacy = read_value(os.path.join(base, "irq"), "0")
         irqs = [int(legacy)] if legacy.isdigit() and int(legacy) > 0 else []
     driver_link = os.path.join(base, "driver")
     driver = os.path.basename(os.readlink(driver_link)) if os.path.islink(driver_link) else None
@@ -168,14 +169,14 @@ def parse_interrupts(text: str) -> dict:
 
 
 def read_interrupts(root: str) -> dict:
-    return parse_interrupts(_read(os.path.join(root, "proc", "interrupts"), ""))
+    return parse_interrupts(read_value(os.path.join(root, "proc", "interrupts"), ""))
 
 
 def read_affinity(root: str, irqs) -> dict:
     """``{irq: [cpus]}`` from /proc/irq/N/smp_affinity_list; None for an IRQ that is gone."""
     result = {}
     for irq in irqs:
-        text = _read(os.path.join(root, "proc", "irq", str(irq), "smp_affinity_list"))
+        text = read_value(os.path.join(root, "proc", "irq", str(irq), "smp_affinity_list"))
         result[irq] = parse_cpulist(text) if text is not None else None
     return result
 
@@ -294,3 +295,89 @@ def edit_irqbalance_args(text: str, policy_script: str) -> str:
     ending = "\n" if lines[index].endswith("\n") else ""
     lines[index] = f'{match.group(1)}IRQBALANCE_ARGS="{" ".join(args)}"{ending}'
     return "".join(lines)
+
+
+# ---------------------------------------------------------------- boot files
+_BOOT_SCRIPT = """#!/bin/sh
+@HEADER@
+# Re-applies the IRQ affinity planned by gpuops.cluster.irq_affinity at boot.
+# Reads "pci_address msi_index cpulist" lines from @CONF@: IRQ numbers change
+# across boots, the device address and its queue index do not.
+# Called by irqbalance as --policyscript with "SYSFS_PATH IRQ": bans the IRQs of the listed devices.
+CONF=@CONF@
+
+if [ "$#" -eq 2 ]; then
+    device=$(basename "$1")
+    if awk -v d="$device" '$1 == d { found = 1 } END { exit !found }' "$CONF" 2>/dev/null; then
+        echo "ban=true"
+    fi
+    exit 0
+fi
+
+[ -r "$CONF" ] || exit 0
+status=0
+while read -r address index cpus; do
+    case "$address" in ''|'#'*) continue ;; esac
+    irq=$(ls "/sys/bus/pci/devices/$address/msi_irqs" 2>/dev/null | sort -n | sed -n "$((index + 1))p")
+    if [ -z "$irq" ] && [ "$index" = 0 ]; then
+        irq=$(cat "/sys/bus/pci/devices/$address/irq" 2>/dev/null)
+    fi
+    if [ -z "$irq" ] || [ "$irq" = 0 ]; then
+        echo "gpuops-irq-affinity: $address queue $index not found" >&2
+        continue
+    fi
+    if ! echo "$cpus" > "/proc/irq/$irq/smp_affinity_list"; then
+        echo "gpuops-irq-affinity: irq $irq ($address queue $index) refused $cpus" >&2
+        status=1
+    fi
+done < "$CONF"
+exit "$status"
+"""
+
+_BOOT_UNIT = """@HEADER@
+[Unit]
+Description=Pin NIC and GPU IRQs to their NUMA node (gpuops.cluster.kernel_tuning)
+After=systemd-modules-load.service irqbalance.service
+ConditionPathExists=@CONF@
+ConditionVirtualization=!container
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=@SCRIPT@
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def _no_space(what: str, path: str) -> str:
+    if not path.startswith("/") or any(c.isspace() for c in path):
+        raise ValueError(f"{what} {path!r} must be an absolute path without spaces")
+    return path
+
+
+def render_boot_script(persist_path: str) -> str:
+    """The boot script (mode 0755) that re-applies the plan in ``persist_path``; also irqbalance's policy script."""
+    return _BOOT_SCRIPT.replace("@HEADER@", BOOT_HEADER).replace("@CONF@", _no_space("persist_path", persist_path))
+
+
+def render_boot_unit(script_path: str, persist_path: str) -> str:
+    """The oneshot unit that runs ``script_path`` at boot when ``persist_path`` exists, outside containers."""
+    return (
+        _BOOT_UNIT.replace("@HEADER@", BOOT_HEADER)
+        .replace("@CONF@", _no_space("persist_path", persist_path))
+        .replace("@SCRIPT@", _no_space("policy_script", script_path))
+    )
+
+
+def boot_files(script_path: str, persist_path: str) -> list:
+    """What the boot unit needs on the node, paths as on the node (not below a root), in install order:
+    ``{'kind': 'script' or 'unit', 'path', 'mode', 'content'}`` for the files and
+    ``{'kind': 'link', 'path', 'link'}`` for the multi-user.target.wants link that enables the unit."""
+    unit = f"{BOOT_UNIT_DIR}/{BOOT_UNIT}"
+    return [
+        {"kind": "script", "path": script_path, "mode": 0o755, "content": render_boot_script(persist_path)},
+        {"kind": "unit", "path": unit, "mode": 0o644, "content": render_boot_unit(script_path, persist_path)},
+        {"kind": "link", "path": f"{BOOT_WANTS_DIR}/{BOOT_UNIT}", "link": unit},
+    ]

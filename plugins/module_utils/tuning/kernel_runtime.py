@@ -4,7 +4,9 @@
 
 Each knob is a sysfs file. Readers take a root path; :func:`plan` is pure and
 returns the writes to make; :func:`render_tmpfiles` renders the systemd-tmpfiles
-``w`` lines that re-apply the same writes at every boot.
+``w`` lines that re-apply the same writes at every boot. The three areas (thp,
+hugepages, governor) can share one drop-in: :func:`area_of` and
+:func:`changed_areas` say which of them a run changed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import glob
 import os
 import re
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
+
 THP_DIR = "sys/kernel/mm/transparent_hugepage"
 THP_ENABLED = ("always", "madvise", "never")
 THP_DEFRAG = ("always", "defer", "defer+madvise", "madvise", "never")
@@ -20,14 +24,7 @@ TMPFILES_HEADER = (
     "# Managed by gpuops.cluster.kernel_runtime: edits here are overwritten.\n"
     "# systemd-tmpfiles writes these sysfs values at every boot.\n"
 )
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
+AREAS = ("thp", "hugepages", "governor")
 
 
 def parse_selected(text):
@@ -41,8 +38,8 @@ def parse_selected(text):
 def read_thp(root: str) -> dict:
     base = os.path.join(root, THP_DIR)
     return {
-        "enabled": parse_selected(_read(os.path.join(base, "enabled"))),
-        "defrag": parse_selected(_read(os.path.join(base, "defrag"))),
+        "enabled": parse_selected(read_value(os.path.join(base, "enabled"))),
+        "defrag": parse_selected(read_value(os.path.join(base, "defrag"))),
     }
 
 
@@ -55,12 +52,12 @@ def hugepages_path(node, size_kb: int) -> str:
 
 def read_hugepages(root: str, size_kb: int) -> dict:
     """``{'total': n, 'nodes': {node: n}}`` for one page size; None where the kernel lacks the file."""
-    total = _read(os.path.join(root, hugepages_path(None, size_kb)))
+    total = read_value(os.path.join(root, hugepages_path(None, size_kb)))
     nodes = {}
     for path in sorted(glob.glob(os.path.join(root, "sys/devices/system/node/node*"))):
         name = os.path.basename(path)
         if re.match(r"^node\d+$", name):
-            value = _read(os.path.join(root, hugepages_path(int(name[4:]), size_kb)))
+            value = read_value(os.path.join(root, hugepages_path(int(name[4:]), size_kb)))
             nodes[int(name[4:])] = int(value) if value is not None else None
     return {"total": int(total) if total is not None else None, "nodes": dict(sorted(nodes.items()))}
 
@@ -72,8 +69,8 @@ def read_governors(root: str) -> dict:
         name = os.path.basename(os.path.dirname(path))
         if not re.match(r"^cpu\d+$", name):
             continue
-        governor = _read(os.path.join(path, "scaling_governor"))
-        available = (_read(os.path.join(path, "scaling_available_governors")) or "").split()
+        governor = read_value(os.path.join(path, "scaling_governor"))
+        available = (read_value(os.path.join(path, "scaling_available_governors")) or "").split()
         if governor is not None:
             result[int(name[3:])] = {"governor": governor, "available": available}
     return dict(sorted(result.items()))
@@ -143,3 +140,41 @@ def render_tmpfiles(persist) -> str:
     """systemd-tmpfiles lines (``w /sys/... - - - - value``) in the given order; ``w`` accepts globs."""
     lines = [f"w /{path} - - - - {value}" for path, value in persist]
     return TMPFILES_HEADER + "\n".join(lines) + ("\n" if lines else "")
+
+
+def is_managed(text) -> bool:
+    """Whether a tmpfiles.d drop-in was written by this module (its header), so it may be replaced."""
+    return bool(text) and text.startswith(TMPFILES_HEADER.splitlines()[0])
+
+
+def area_of(path: str) -> str:
+    """The area of a sysfs path (leading slash or not): thp, hugepages, governor, or other."""
+    path = path.lstrip("/")
+    if path.startswith(THP_DIR + "/"):
+        return "thp"
+    if path.endswith("/cpufreq/scaling_governor"):
+        return "governor"
+    if "/hugepages/" in path:
+        return "hugepages"
+    return "other"
+
+
+def persisted_by_area(text) -> dict:
+    """``{area: sorted 'w' lines}`` of a tmpfiles.d drop-in's text (None or '' is empty)."""
+    result = {}
+    for line in (text or "").splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] == "w":
+            result.setdefault(area_of(fields[1]), []).append(" ".join(fields))
+    return {area: sorted(lines) for area, lines in result.items()}
+
+
+def changed_areas(before, after, removed=(), written=()) -> list:
+    """Areas whose persisted lines differ between ``before`` and ``after`` (texts of one drop-in), that
+    had lines in a ``removed`` drop-in (texts), or that had a sysfs path in ``written``; in AREAS order."""
+    old, new = persisted_by_area(before), persisted_by_area(after)
+    areas = {area for area in set(old) | set(new) if old.get(area) != new.get(area)}
+    for text in removed:
+        areas.update(persisted_by_area(text))
+    areas.update(area_of(path) for path in written)
+    return [area for area in AREAS if area in areas] + sorted(areas - set(AREAS))

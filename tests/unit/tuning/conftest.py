@@ -56,7 +56,11 @@ def run_module(monkeypatch):
 
         def fake_run(self, argv, **kwargs):
             commands.append(list(argv))
-            assert kwargs.get("environ_update") == {"LC_ALL": "C"}
+            # The C locale: set once per module (command_runner.use_c_locale) or per call (older helpers).
+            environ = dict(
+                getattr(self, "run_command_environ_update", None) or {}, **(kwargs.get("environ_update") or {})
+            )
+            assert environ.get("LC_ALL") == "C", f"{argv} would run in the node's locale"
             if run_command is None:
                 return 0, "", ""
             return run_command(list(argv))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import stat
 from collections import Counter
 from pathlib import Path
 
@@ -212,3 +215,125 @@ def test_module_irqbalance_ban_writes_policyscript(make_tree, run_module):
     assert result["irqbalance"]["action"] == "configured"
     assert "--policyscript=/usr/local/sbin/gpuops-irq-affinity" in (root / "etc/sysconfig/irqbalance").read_text()
     assert result["_commands"] == []
+
+
+# ------------------------------------------------------------------ boot script, unit and link
+# sha256 of what the role's templates (gpuops-irq-affinity.sh.j2, .service.j2) rendered with the role's paths:
+# nodes that ran the template tasks see no change when the module takes over.
+TEMPLATE_SCRIPT_SHA256 = "9e1aa294f9fe6d3de9ea6929d9452e75a718471ad018d2285b0f64d42d3c0cb8"
+TEMPLATE_UNIT_SHA256 = "fc98f17e4ae5ef0015cba7d938e8e50ed080b06d6275cac6a0c7f8b726f5c8de"
+SCRIPT = "/usr/local/sbin/gpuops-irq-affinity"
+CONF = "/etc/gpuops/irq-affinity.conf"
+UNIT = "etc/systemd/system/gpuops-irq-affinity.service"
+LINK = "etc/systemd/system/multi-user.target.wants/gpuops-irq-affinity.service"
+
+
+def test_render_boot_files_equal_the_former_templates():
+    script = ia.render_boot_script(CONF)
+    unit = ia.render_boot_unit(SCRIPT, CONF)
+    assert hashlib.sha256(script.encode()).hexdigest() == TEMPLATE_SCRIPT_SHA256
+    assert hashlib.sha256(unit.encode()).hexdigest() == TEMPLATE_UNIT_SHA256
+    assert script.startswith("#!/bin/sh\n# Ansible managed\n")
+    assert f"CONF={CONF}\n" in script
+    assert f"ExecStart={SCRIPT}\n" in unit
+    assert f"ConditionPathExists={CONF}\n" in unit
+
+
+def test_render_boot_files_follow_the_paths_and_refuse_unsafe_ones():
+    assert "CONF=/srv/irq.conf\n" in ia.render_boot_script("/srv/irq.conf")
+    assert "ExecStart=/opt/bin/irq\n" in ia.render_boot_unit("/opt/bin/irq", "/srv/irq.conf")
+    with pytest.raises(ValueError, match="absolute"):
+        ia.render_boot_script("relative/irq.conf")
+    with pytest.raises(ValueError, match="spaces"):
+        ia.render_boot_unit("/opt/my script", CONF)
+
+
+def test_boot_files_plan():
+    files = ia.boot_files(SCRIPT, CONF)
+    assert [(f["kind"], f["path"], f.get("mode"), f.get("link")) for f in files] == [
+        ("script", SCRIPT, 0o755, None),
+        ("unit", "/" + UNIT, 0o644, None),
+        ("link", "/" + LINK, None, "/" + UNIT),
+    ]
+
+
+def boot_args(root):
+    return {"drivers": ["nvidia"], "boot_unit": True, "root": str(root), "apply_live": "never"}
+
+
+def test_module_installs_the_boot_unit_below_root(make_tree, run_module):
+    root, _unused = make_tree("one_socket")
+    assert not (root / "usr/local/sbin").exists()
+    checked = run_module(module, boot_args(root), check_mode=True, diff=True)
+    assert checked["changed"] is True
+    assert checked["changed_unit"] is True
+    assert checked["boot_files"] == [str(root / SCRIPT.lstrip("/")), str(root / UNIT), str(root / LINK)]
+    assert not (root / "usr/local/sbin").exists()
+    assert not (root / "etc/systemd").exists()
+    assert {d["before_header"] for d in checked["diff"]} >= set(checked["boot_files"])
+
+    first = run_module(module, boot_args(root), diff=True)
+    assert first["changed_unit"] is True
+    script = root / SCRIPT.lstrip("/")
+    assert script.read_text() == ia.render_boot_script(CONF)
+    assert stat.S_IMODE(script.stat().st_mode) == 0o755
+    assert stat.S_IMODE((root / UNIT).stat().st_mode) == 0o644
+    assert (root / UNIT).read_text() == ia.render_boot_unit(SCRIPT, CONF)
+    assert os.readlink(root / LINK) == "/" + UNIT, "the link points at the unit as the node sees it"
+    for directory in ("usr/local/sbin", "etc/systemd/system/multi-user.target.wants"):
+        assert stat.S_IMODE((root / directory).stat().st_mode) == 0o755
+    unit_diff = [d for d in first["diff"] if d["after_header"] == str(root / UNIT)]
+    assert unit_diff == [
+        dict(
+            before="",
+            after=ia.render_boot_unit(SCRIPT, CONF),
+            before_header=str(root / UNIT),
+            after_header=str(root / UNIT),
+        )
+    ]
+
+    second = run_module(module, boot_args(root), diff=True)
+    assert second["changed"] is False
+    assert second["changed_unit"] is False
+    assert second["boot_files"] == []
+
+
+def test_module_changed_unit_only_when_the_unit_changes(make_tree, run_module):
+    root, _unused = make_tree("one_socket")
+    run_module(module, boot_args(root))
+    script = root / SCRIPT.lstrip("/")
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o700)
+    fixed = run_module(module, boot_args(root))
+    assert fixed["changed"] is True
+    assert fixed["changed_unit"] is False
+    assert fixed["boot_files"] == [str(script)]
+    assert stat.S_IMODE(script.stat().st_mode) == 0o755
+    (root / LINK).unlink()
+    (root / LINK).write_text("not a link\n")
+    relinked = run_module(module, boot_args(root), diff=True)
+    assert relinked["boot_files"] == [str(root / LINK)]
+    assert relinked["changed_unit"] is False
+    assert os.readlink(root / LINK) == "/" + UNIT
+    (root / UNIT).write_text("[Unit]\n")
+    reunit = run_module(module, boot_args(root))
+    assert reunit["changed_unit"] is True
+    assert reunit["boot_files"] == [str(root / UNIT)]
+
+
+def test_module_without_boot_unit_writes_no_boot_file(make_tree, run_module):
+    root, _unused = make_tree("one_socket")
+    args = dict(boot_args(root), boot_unit=False)
+    result = run_module(module, args)
+    assert result["boot_files"] == []
+    assert result["changed_unit"] is False
+    assert not (root / "etc/systemd").exists()
+    assert not (root / "usr/local/sbin").exists()
+
+
+def test_module_refuses_a_directory_where_the_link_goes(make_tree, run_module):
+    root, _unused = make_tree("one_socket")
+    (root / LINK).mkdir(parents=True)
+    result = run_module(module, boot_args(root))
+    assert result["_failed"] is True
+    assert "is a directory" in result["msg"]

@@ -138,3 +138,125 @@ def test_module_nothing_requested_removes_file(make_tree, run_module):
     result = run_module(module, {"root": str(root)})
     assert result["changed"] is True
     assert not path.exists()
+
+
+# ------------------------------------------------------------------ areas in one drop-in
+@pytest.mark.parametrize(
+    ("path", "area"),
+    [
+        ("/sys/kernel/mm/transparent_hugepage/enabled", "thp"),
+        ("sys/kernel/mm/transparent_hugepage/defrag", "thp"),
+        ("sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages", "hugepages"),
+        ("sys/devices/system/node/node1/hugepages/hugepages-1048576kB/nr_hugepages", "hugepages"),
+        ("sys/devices/system/cpu/cpu*/cpufreq/scaling_governor", "governor"),
+        ("sys/devices/system/cpu/cpu3/cpufreq/scaling_governor", "governor"),
+        ("sys/kernel/something", "other"),
+    ],
+)
+def test_area_of(path, area):
+    assert kr.area_of(path) == area
+
+
+def test_changed_areas():
+    thp = kr.render_tmpfiles([("sys/kernel/mm/transparent_hugepage/enabled", "never")])
+    both = kr.render_tmpfiles(
+        [
+            ("sys/kernel/mm/transparent_hugepage/enabled", "never"),
+            ("sys/devices/system/cpu/cpu*/cpufreq/scaling_governor", "performance"),
+        ]
+    )
+    assert kr.persisted_by_area(both) == {
+        "thp": ["w /sys/kernel/mm/transparent_hugepage/enabled - - - - never"],
+        "governor": ["w /sys/devices/system/cpu/cpu*/cpufreq/scaling_governor - - - - performance"],
+    }
+    assert kr.persisted_by_area(None) == {}
+    assert kr.changed_areas(both, both) == []
+    assert kr.changed_areas(thp, both) == ["governor"]
+    assert kr.changed_areas(None, thp) == ["thp"]
+    assert kr.changed_areas(both, both, removed=[thp]) == ["thp"]
+    assert kr.changed_areas(both, both, written=["sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"]) == [
+        "hugepages"
+    ]
+    assert kr.is_managed(thp)
+    assert not kr.is_managed("w /x - - - - 1\n")
+    assert not kr.is_managed(None)
+
+
+THREE_AREAS = {
+    "name": "gpuops-kernel-runtime",
+    "replaces": ["gpuops-thp", "gpuops-hugepages", "gpuops-governor"],
+    "thp_enabled": "madvise",
+    "thp_defrag": "defer+madvise",
+    "hugepages_per_node": {0: 16},
+    "governor": "performance",
+    "apply_live": "always",
+}
+
+
+def test_module_three_areas_in_one_call_replaces_the_old_drop_ins(make_tree, run_module):
+    root, _unused = make_tree("one_socket")
+    tmpfiles = root / "etc/tmpfiles.d"
+    tmpfiles.mkdir(parents=True)
+    old_thp = kr.render_tmpfiles([("sys/kernel/mm/transparent_hugepage/enabled", "always")])
+    (tmpfiles / "gpuops-thp.conf").write_text(old_thp)
+    (tmpfiles / "gpuops-governor.conf").write_text("# someone else's\nw /x - - - - 1\n")
+    args = dict(THREE_AREAS, root=str(root))
+
+    checked = run_module(module, args, check_mode=True, diff=True)
+    assert checked["changed"] is True
+    assert checked["removed"] == [str(tmpfiles / "gpuops-thp.conf")]
+    assert checked["changed_areas"] == ["thp", "hugepages", "governor"]
+    assert (tmpfiles / "gpuops-thp.conf").read_text() == old_thp
+    assert not (tmpfiles / "gpuops-kernel-runtime.conf").exists()
+    assert (root / "sys/kernel/mm/transparent_hugepage/enabled").read_text().strip() != "madvise"
+
+    first = run_module(module, args, diff=True)
+    assert first["changed"] is True
+    assert first["changed_areas"] == ["thp", "hugepages", "governor"]
+    assert not (tmpfiles / "gpuops-thp.conf").exists()
+    assert (tmpfiles / "gpuops-governor.conf").exists(), "a file without the module's header is not its to remove"
+    text = (tmpfiles / "gpuops-kernel-runtime.conf").read_text()
+    assert sorted(kr.persisted_by_area(text)) == ["governor", "hugepages", "thp"]
+    assert "w /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages - - - - 16\n" in text
+    removed = [d for d in first["diff"] if d["before_header"] == str(tmpfiles / "gpuops-thp.conf")]
+    assert removed == [
+        dict(
+            before=old_thp, after="", before_header=removed[0]["before_header"], after_header=removed[0]["after_header"]
+        )
+    ]
+
+    second = run_module(module, args, diff=True)
+    assert second["changed"] is False
+    assert second["changed_areas"] == []
+    assert second["removed"] == []
+
+
+def test_module_area_switched_off_is_not_persisted(make_tree, run_module):
+    root, _unused = make_tree("one_socket")
+    run_module(module, dict(THREE_AREAS, root=str(root), apply_live="never"))
+    args = dict(THREE_AREAS, root=str(root), apply_live="never")
+    del args["governor"]
+    result = run_module(module, args)
+    assert result["changed_areas"] == ["governor"]
+    text = (root / "etc/tmpfiles.d/gpuops-kernel-runtime.conf").read_text()
+    assert sorted(kr.persisted_by_area(text)) == ["hugepages", "thp"]
+    assert result["applied_live"] == []
+
+
+def test_module_live_write_counts_as_area_change(make_tree, run_module):
+    root, _unused = make_tree("one_socket")
+    args = {"thp_enabled": "never", "root": str(root), "apply_live": "always"}
+    run_module(module, args)
+    (root / "sys/kernel/mm/transparent_hugepage/enabled").write_text("always [madvise] never\n")
+    drifted = run_module(module, args)
+    assert drifted["file_changed"] is False
+    assert drifted["changed_areas"] == ["thp"]
+
+
+def test_module_rejects_replacing_itself(make_tree, run_module):
+    root, _unused = make_tree("one_socket")
+    result = run_module(module, {"name": "a", "replaces": ["a"], "root": str(root)})
+    assert result["_failed"] is True
+    assert "replaces" in result["msg"]
+    result = run_module(module, {"replaces": ["../x"], "root": str(root)})
+    assert result["_failed"] is True
