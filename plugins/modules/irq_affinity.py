@@ -84,12 +84,12 @@ options:
     description: Root directory prefixed to C(/sys), C(/proc) and C(/etc) paths. For tests and chroots.
     type: path
     default: /
+extends_documentation_fragment:
+  - gpuops.cluster.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying the target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: The diff is the plan file, the boot script, unit and link, and the IRQ affinities before and after.
 notes:

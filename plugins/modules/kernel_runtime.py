@@ -72,12 +72,12 @@ options:
     description: Root directory prefixed to C(/sys) and C(/etc) paths. For tests and chroots.
     type: path
     default: /
+extends_documentation_fragment:
+  - gpuops.cluster.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying the target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: The diff is the tmpfiles.d drop-in, each replaced drop-in removed, and the sysfs values before and after.
 """

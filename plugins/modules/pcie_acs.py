@@ -33,12 +33,12 @@ options:
     type: str
     choices: [auto, always, never]
     default: auto
+extends_documentation_fragment:
+  - gpuops.cluster.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying the target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 requirements:
   - pciutils (C(lspci), C(setpci))

@@ -36,12 +36,12 @@ options:
     description: Root directory prefixed to every path written. For image builds, chroots and tests.
     type: path
     default: /
+extends_documentation_fragment:
+  - gpuops.cluster.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying the target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: One before/after entry per file that changes.
 notes:

@@ -60,12 +60,12 @@ options:
       - Root directory prefixed to C(/etc) and C(/proc) paths. For tests and chroots; leave C(/) on real nodes.
     type: path
     default: /
+extends_documentation_fragment:
+  - gpuops.cluster.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying the target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: The diff is the drop-in file before and after.
 seealso:
