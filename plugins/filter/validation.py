@@ -7,46 +7,20 @@ Documentation for each filter lives in the sidecar YAML next to this file
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils import host_validation, variable_registry
+from ansible_collections.gpuops.cluster.plugins.module_utils import host_validation
 from ansible_collections.gpuops.cluster.plugins.module_utils.variable_values import plain
 
 PREFIX = "gpuops.cluster."
 
 
-def _is_marker(value) -> bool:
-    """A value whose template failed: ansible-core hands it on as an undefined marker instead of raising."""
+def validation_findings(host, checks=(), os=None, os_version=None, read=None, run=None, groups=None, fleet=()):
+    """Every problem of one host: variable names and values, and the checks asked for (stack, upgrade).
+
+    ``host`` is what the lookup gpuops.cluster.host_variables returns: ``{names, values, unreadable}``.
+    """
     try:
-        from jinja2 import Undefined
-    except ImportError:  # pragma: no cover - Jinja2 always comes with ansible-core
-        return False
-    return isinstance(value, Undefined)
-
-
-def _read_values(hostvars, names, prefixes):
-    """``(values, unreadable)``: the host's values of the managed variables, and why others could not be read."""
-    values, unreadable = {}, {}
-    for name in sorted(set(names)):
-        if not name.startswith(prefixes):
-            continue
-        try:
-            if name not in hostvars:
-                continue
-            value = hostvars[name]
-            if _is_marker(value):
-                value._fail_with_undefined_error()
-            values[name] = plain(value)
-        except Exception as exc:  # any templating error is reported as the variable's problem
-            unreadable[name] = str(getattr(exc, "message", None) or exc).splitlines()[0]
-    return values, unreadable
-
-
-def validation_findings(
-    hostvars, names=(), checks=(), os=None, os_version=None, read=None, run=None, groups=None, fleet=()
-):
-    """Every problem of one host: variable names and values, and the checks asked for (stack, upgrade)."""
-    try:
-        known = variable_registry.load_known_variables()
-        values, unreadable = _read_values(hostvars, list(names or ()), tuple(known))
+        if not isinstance(host, dict) or "values" not in host:
+            raise TypeError("input must be lookup('gpuops.cluster.host_variables'): {names, values, unreadable}")
         read = read or {}
         read_error = None
         if read.get("unreachable") or read.get("failed"):
@@ -57,17 +31,16 @@ def validation_findings(
             if run is not None and key in run:
                 run_values[key] = plain(run[key])
         return host_validation.findings(
-            values,
-            names=list(names or ()),
+            dict(host["values"]),
+            names=list(host.get("names") or ()),
             checks=list(checks or ()),
             os_name=plain(os),
             os_version=plain(os_version),
             read_error=read_error,
-            unreadable=unreadable,
+            unreadable=dict(host.get("unreadable") or {}),
             run_values=run_values,
             groups={group: list(members) for group, members in (groups or {}).items()},
             fleet=list(fleet or ()),
-            known=known,
         )
     except (OSError, TypeError, ValueError) as exc:
         raise AnsibleFilterError("%svalidation_findings: %s" % (PREFIX, exc)) from exc

@@ -82,3 +82,22 @@ def test_example_inventory_validates_in_check_mode(tmp_path: Path):
     assert len(hosts) == 16
     assert run.changed == []
     assert run.plays_started == [VALIDATE_PLAY]
+
+
+@pytest.mark.parametrize(
+    ("stack", "ok"), [({"driver": "551", "cuda": "12.4"}, False), ({"driver": "550", "cuda": "12.4"}, True)]
+)
+def test_a_stack_given_as_play_vars_is_the_one_validated(tmp_path: Path, stack, ok):
+    run = run_playbook(
+        "tests/integration/playbooks/validate_play_vars.yml",
+        "tests/integration/inventories/valid/hosts.yml",
+        tmp_path / "runner",
+        extravars={"test_stack": stack},
+    )
+    if not ok:
+        (failure,) = [r for r in run.failures if r.task == "Stop the run when any host has a problem"]
+        assert "driver branch R551 is not in the compatibility matrix" in failure.result["msg"]
+        return
+    assert run.status == "successful", run.stdout[-2000:]
+    (h100,) = run.results_for(task="Record the resolved stack for the plays that follow", host="gpu-h100")
+    assert h100.result["ansible_facts"]["gpuops_resolved_stack"]["driver_branch"] == "550"

@@ -8,7 +8,6 @@ import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter.validation import validation_findings
 from ansible_collections.gpuops.cluster.plugins.module_utils.host_validation import findings
-from jinja2 import Undefined
 
 TODAY = datetime.date(2026, 12, 2)
 STACK = {"driver": "580", "cuda": "13.0"}
@@ -86,25 +85,18 @@ def test_an_unknown_check_is_an_error():
         find(HOST, checks=("stak",))
 
 
-class FakeHostVars(dict):
-    """A host's variables as the filter sees them: a mapping whose templated values may fail."""
-
-    def __getitem__(self, name):
-        value = dict.__getitem__(self, name)
-        if isinstance(value, Exception):
-            raise value
-        return value
+def host(values, unreadable=None):
+    """What lookup('gpuops.cluster.host_variables') returns for a host with these values."""
+    return {"names": sorted(values), "values": values, "unreadable": unreadable or {}}
 
 
 def test_filter_reports_values_that_cannot_be_templated_and_goes_on():
-    hostvars = FakeHostVars(
-        HOST,
-        gpuops_os="Ubuntu",
-        gpuops_health_expected_gpu_count=Undefined(name="lab_gpus"),
-        gpuops_health_level=RuntimeError("template error while templating '{{ x }}'\nmore"),
-        gpuops_reboot="never",
-    )
-    result = validation_findings(hostvars, names=list(hostvars), checks=["stack"], os="Ubuntu", os_version="22.04")
+    values = dict(HOST, gpuops_os="Ubuntu", gpuops_reboot="never")
+    unreadable = {
+        "gpuops_health_expected_gpu_count": "'lab_gpus' is undefined",
+        "gpuops_health_level": "template error while templating '{{ x }}'",
+    }
+    result = validation_findings(host(values, unreadable), checks=["stack"], os="Ubuntu", os_version="22.04")
     assert result["problems"] == [
         "gpuops_health_expected_gpu_count cannot be read: 'lab_gpus' is undefined; fix its value or the variables it "
         "refers to",
@@ -116,11 +108,10 @@ def test_filter_reports_values_that_cannot_be_templated_and_goes_on():
 
 def test_filter_reads_an_unreachable_host_and_the_run_settings():
     result = validation_findings(
-        FakeHostVars(HOST),
-        names=list(HOST),
+        host(dict(HOST)),
         checks=["stack", "upgrade"],
         read={"unreachable": True, "msg": "Failed to connect\nsecond line"},
-        run={"gpuops_upgrade_waves": "all", "unrelated": 1},
+        run={"gpuops_upgrade_canary_group": "canaries", "unrelated": 1},
         groups={"all": ["a"]},
         fleet=["a"],
     )
@@ -128,10 +119,15 @@ def test_filter_reads_an_unreachable_host_and_the_run_settings():
         "its distribution could not be read (Failed to connect): fix the connection to the host, or name it in the "
         "inventory with gpuops_os and gpuops_os_version"
     )
-    # the run setting came from the controller's variables; set there only, it is not this host's problem
-    assert result["problems"][1:] == []
+    # the canary group is a run setting: read from the controller's variables
+    assert result["problems"][1].startswith(
+        "gpuops_upgrade_canary_group is 'canaries', which is not an inventory group"
+    )
+    assert len(result["problems"]) == 2
 
 
 def test_filter_errors_carry_its_name():
     with pytest.raises(AnsibleFilterError, match=r"gpuops\.cluster\.validation_findings: unknown check"):
-        validation_findings(FakeHostVars(), names=[], checks=["nope"])
+        validation_findings(host({}), checks=["nope"])
+    with pytest.raises(AnsibleFilterError, match=r"gpuops\.cluster\.validation_findings: input must be lookup"):
+        validation_findings({"gpuops_stack": {}})
