@@ -16,11 +16,11 @@ PREFIX = "gpuops.cluster."
 def validation_findings(host, checks=(), os=None, os_version=None, read=None, run=None, groups=None, fleet=()):
     """Every problem of one host: variable names and values, and the checks asked for (stack, upgrade).
 
-    ``host`` is what the lookup gpuops.cluster.host_variables returns: ``{names, values, unreadable}``.
+    ``host`` is what the lookup gpuops.cluster.host_variables returns: ``{names, variables, unreadable}``.
     """
     try:
-        if not isinstance(host, dict) or "values" not in host:
-            raise TypeError("input must be lookup('gpuops.cluster.host_variables'): {names, values, unreadable}")
+        if not isinstance(host, dict) or "variables" not in host:
+            raise TypeError("input must be lookup('gpuops.cluster.host_variables'): {names, variables, unreadable}")
         read = read or {}
         read_error = None
         if read.get("unreachable") or read.get("failed"):
@@ -31,7 +31,7 @@ def validation_findings(host, checks=(), os=None, os_version=None, read=None, ru
             if run is not None and key in run:
                 run_values[key] = plain(run[key])
         return host_validation.findings(
-            dict(host["values"]),
+            dict(host["variables"]),
             names=list(host.get("names") or ()),
             checks=list(checks or ()),
             os_name=plain(os),

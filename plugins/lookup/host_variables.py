@@ -6,11 +6,11 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: host_variables
-author: gpuops.cluster contributors
+author: gpuops.cluster maintainers (@gpuops)
 version_added: 0.2.0
 short_description: The collection's variables of the current host, as the task sees them, for validation
 description:
-  - Returns one mapping with C(names) (every variable name the task sees), C(values) (the templated value of each
+  - Returns one mapping with C(names) (every variable name the task sees), C(variables) (the templated value of each
     variable with a prefix the collection manages, C(gpuops_) or a role's name) and C(unreadable) (why a value
     could not be templated).
   - Values are read with the task's variables, so play and C(import_playbook) vars count as they do for the
@@ -35,7 +35,7 @@ _raw:
       description: Every variable name the task sees, sorted.
       type: list
       elements: str
-    values:
+    variables:
       description: The templated values of the managed variables.
       type: dict
     unreadable:
@@ -64,4 +64,4 @@ class LookupModule(LookupBase):
                 values[name] = plain(value)
             except Exception as exc:  # any templating error is the variable's problem, reported by validation
                 unreadable[name] = str(getattr(exc, "message", None) or exc).strip().splitlines()[0]
-        return [{"names": sorted(variables), "values": values, "unreadable": unreadable}]
+        return [{"names": sorted(variables), "variables": values, "unreadable": unreadable}]

@@ -87,7 +87,7 @@ def test_an_unknown_check_is_an_error():
 
 def host(values, unreadable=None):
     """What lookup('gpuops.cluster.host_variables') returns for a host with these values."""
-    return {"names": sorted(values), "values": values, "unreadable": unreadable or {}}
+    return {"names": sorted(values), "variables": values, "unreadable": unreadable or {}}
 
 
 def test_filter_reports_values_that_cannot_be_templated_and_goes_on():
