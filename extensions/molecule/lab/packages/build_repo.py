@@ -64,6 +64,9 @@ Description={description}
 [Service]
 Type=simple
 ExecStart={exec_start}
+# The daemon removes its ready file on SIGTERM; a stop that times out kills it first, so the
+# ready file (what the simulated nvidia-smi reads) also goes after every stop.
+ExecStopPost=/bin/rm -f /run/gpuops-lab/{ready}
 TimeoutStopSec=5
 
 [Install]
@@ -124,12 +127,12 @@ def write(path: Path, text: str, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-def add_service(staging: Path, unit: str, description: str, daemon: str, after: str = "") -> None:
+def add_service(staging: Path, unit: str, description: str, daemon: str, ready: str, after: str = "") -> None:
     write(staging / "usr/lib/gpuops-lab" / unit.replace(".service", ""), daemon, 0o755)
     exec_start = "/usr/lib/gpuops-lab/" + unit.replace(".service", "")
     write(
         staging / "lib/systemd/system" / unit,
-        UNIT.format(description=description, after=after, exec_start=exec_start),
+        UNIT.format(description=description, after=after, exec_start=exec_start, ready=ready),
     )
     write(staging / "DEBIAN/postinst", MAINTSCRIPT.format(stop=""), 0o755)
     stop = f'[ "$1" = remove ] && systemctl stop {unit} >/dev/null 2>&1 || true\n    '
@@ -158,7 +161,13 @@ def stage_contents(staging: Path, package: dict) -> None:
                 ready="persistenced-ready",
                 precheck="/usr/bin/nvidia-smi -L >/dev/null 2>&1 || true",
             )
-            add_service(staging, "nvidia-persistenced.service", "NVIDIA Persistence Daemon (gpuops lab)", daemon)
+            add_service(
+                staging,
+                "nvidia-persistenced.service",
+                "NVIDIA Persistence Daemon (gpuops lab)",
+                daemon,
+                "persistenced-ready",
+            )
         elif content == "fabricmanager":
             daemon = DAEMON.format(
                 name="nv-fabricmanager",
@@ -168,11 +177,22 @@ def stage_contents(staging: Path, package: dict) -> None:
             )
             after = "After=network-online.target nvidia-persistenced.service\n"
             add_service(
-                staging, "nvidia-fabricmanager.service", "NVIDIA fabric manager service (gpuops lab)", daemon, after
+                staging,
+                "nvidia-fabricmanager.service",
+                "NVIDIA fabric manager service (gpuops lab)",
+                daemon,
+                "fabricmanager-ready",
+                after,
             )
         elif content == "dcgm":
             daemon = DAEMON.format(name="nv-hostengine", version=driver, ready="nv-hostengine-ready", precheck=":")
-            add_service(staging, "nvidia-dcgm.service", "NVIDIA DCGM service (gpuops lab nv-hostengine)", daemon)
+            add_service(
+                staging,
+                "nvidia-dcgm.service",
+                "NVIDIA DCGM service (gpuops lab nv-hostengine)",
+                daemon,
+                "nv-hostengine-ready",
+            )
         else:
             raise SystemExit(f"build-repo: unknown contents {content!r} for {package['name']}")
 
