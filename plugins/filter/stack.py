@@ -13,15 +13,10 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.stack import stack_
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_version import version_matches
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import (
     MatrixError,
-    default_matrix,
-    load_matrix,
+    matrix_at,
 )
 
 PREFIX = "gpuops.cluster."
-
-
-def _matrix(matrix_path):
-    return load_matrix(matrix_path) if matrix_path else default_matrix()
 
 
 def _host_arguments(name, os, os_version, gpu, nvswitch, matrix_path):
@@ -32,7 +27,7 @@ def _host_arguments(name, os, os_version, gpu, nvswitch, matrix_path):
             "os_version=ansible_facts.distribution_version, gpu=gpuops_gpu" % (PREFIX, name, ", ".join(missing))
         )
     try:
-        matrix = _matrix(matrix_path)
+        matrix = matrix_at(matrix_path)
     except MatrixError as exc:
         raise AnsibleFilterError("%s%s: %s" % (PREFIX, name, exc)) from exc
     return {"os": os, "os_version": str(os_version), "gpu": gpu, "nvswitch": nvswitch, "matrix": matrix}
@@ -56,7 +51,7 @@ def stack_violations(request, os=None, os_version=None, gpu=None, nvswitch=None,
 def cuda_min_driver(cuda, matrix_path=None):
     """Minimum Linux driver for CUDA X.Y (its GA release) or X.Y.Z (that update)."""
     try:
-        matrix = _matrix(matrix_path)
+        matrix = matrix_at(matrix_path)
         minimum = matrix.cuda_min_driver(cuda)
     except (MatrixError, ValueError) as exc:
         raise AnsibleFilterError("%scuda_min_driver: %s" % (PREFIX, exc)) from exc

@@ -23,17 +23,12 @@ from ansible_collections.gpuops.cluster.plugins.module_utils import variable_reg
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import stack_resolver
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import (
     MatrixError,
-    default_matrix,
-    load_matrix,
+    matrix_at,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgrade_settings
 
 CHECKS = ("stack", "upgrade")
 UPGRADE_PREFIX = "gpuops_upgrade_"
-
-
-def _matrix(matrix_path):
-    return load_matrix(matrix_path) if matrix_path else default_matrix()
 
 
 def _stack(values, os_name, os_version, read_error, checks, today):
@@ -63,7 +58,7 @@ def _stack(values, os_name, os_version, read_error, checks, today):
     if missing:
         return missing, [], None
     try:
-        matrix = _matrix(values.get("gpuops_matrix_path"))
+        matrix = matrix_at(values.get("gpuops_matrix_path"))
     except MatrixError as exc:
         return ["gpuops_matrix_path: %s" % " ".join(line.strip() for line in str(exc).splitlines())], [], None
     host = {

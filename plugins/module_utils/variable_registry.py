@@ -25,8 +25,18 @@ COLLECTION_PREFIX = "gpuops_"
 SPEC_KEYS = ("type", "elements", "choices", "min", "format")
 
 
+_PARSED: dict = {}
+
+
 def _read_yaml(path: Path) -> dict:
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    """The file's YAML, parsed once per process and file version: validation reads it for every host.
+
+    Callers must not change what it returns.
+    """
+    key = (str(path), path.stat().st_mtime_ns)
+    if key not in _PARSED:
+        _PARSED[key] = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return _PARSED[key]
 
 
 def _role_options(root: Path) -> dict[str, dict[str, dict]]:

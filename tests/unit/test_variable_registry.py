@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,15 @@ def test_facts_roles_set_for_later_plays_are_known():
     known = variable_registry.load_known_variables()
     assert "nvidia_stack_report" in known["nvidia_stack_"]
     assert "kernel_tuning_report" in known["kernel_tuning_"]
+
+
+def test_registry_is_parsed_once_per_file_version(tmp_path: Path):
+    registry = tmp_path / "playbooks" / "vars" / "gpuops_variables.yml"
+    registry.parent.mkdir(parents=True)
+    registry.write_text("gpuops_variables:\n  gpuops_stack: {}\n")
+    (tmp_path / "roles").mkdir()
+    first = variable_registry.load_known_variables(tmp_path)
+    assert variable_registry._read_yaml(registry) is variable_registry._read_yaml(registry)
+    registry.write_text("gpuops_variables:\n  gpuops_stack: {}\n  gpuops_gpu: {}\n")
+    os.utime(registry, ns=(registry.stat().st_atime_ns, registry.stat().st_mtime_ns + 1_000_000))
+    assert variable_registry.load_known_variables(tmp_path)["gpuops_"] == first["gpuops_"] | {"gpuops_gpu"}

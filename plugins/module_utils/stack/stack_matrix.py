@@ -550,9 +550,18 @@ _CACHE = {}
 
 def default_matrix():
     """The shipped matrix, loaded once per process."""
-    if "default" not in _CACHE:
-        _CACHE["default"] = load_matrix()
-    return _CACHE["default"]
+    return matrix_at(None)
+
+
+def matrix_at(path=None):
+    """The matrix at ``path`` (the shipped one when empty), loaded and validated once per process and path.
+
+    Filters run once per host: a fleet's run reads an operator's matrix once, not once per host.
+    """
+    key = str(path) if path else "default"
+    if key not in _CACHE:
+        _CACHE[key] = load_matrix(path or None)
+    return _CACHE[key]
 
 
 class StackMatrix:

@@ -275,3 +275,16 @@ def test_load_matrix_invalid_yaml(tmp_path):
     path.write_text("a: [", encoding="utf-8")
     with pytest.raises(MatrixError, match=r"not valid YAML"):
         load_matrix(path)
+
+
+def test_matrix_at_loads_a_path_once(tmp_path):
+    import shutil
+
+    from ansible_collections.gpuops.cluster.plugins.module_utils.stack import stack_matrix
+
+    copy = tmp_path / "nvidia_stack.yml"
+    shutil.copy(stack_matrix.DEFAULT_MATRIX_PATH, copy)
+    assert stack_matrix.matrix_at(str(copy)) is stack_matrix.matrix_at(str(copy))
+    assert stack_matrix.matrix_at(None) is stack_matrix.default_matrix()
+    with pytest.raises(stack_matrix.MatrixError, match="cannot read the file"):
+        stack_matrix.matrix_at(str(tmp_path / "absent.yml"))
