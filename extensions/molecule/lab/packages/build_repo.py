@@ -127,12 +127,13 @@ def write(path: Path, text: str, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-def add_service(staging: Path, unit: str, description: str, daemon: str, ready: str, after: str = "") -> None:
-    write(staging / "usr/lib/gpuops-lab" / unit.replace(".service", ""), daemon, 0o755)
+def add_service(staging: Path, unit: str, description: str, daemon: dict, after: str = "") -> None:
+    """A stand-in daemon (``daemon``: DAEMON's name, version, ready and precheck) and its systemd unit."""
+    write(staging / "usr/lib/gpuops-lab" / unit.replace(".service", ""), DAEMON.format(**daemon), 0o755)
     exec_start = "/usr/lib/gpuops-lab/" + unit.replace(".service", "")
     write(
         staging / "lib/systemd/system" / unit,
-        UNIT.format(description=description, after=after, exec_start=exec_start, ready=ready),
+        UNIT.format(description=description, after=after, exec_start=exec_start, ready=daemon["ready"]),
     )
     write(staging / "DEBIAN/postinst", MAINTSCRIPT.format(stop=""), 0o755)
     stop = f'[ "$1" = remove ] && systemctl stop {unit} >/dev/null 2>&1 || true\n    '
@@ -155,44 +156,29 @@ def stage_contents(staging: Path, package: dict) -> None:
             flavour = content.split("-", 1)[1]
             write(staging / "usr/share/gpuops-lab/kernel-module.json", json.dumps({"flavour": flavour}) + "\n")
         elif content == "persistenced":
-            daemon = DAEMON.format(
-                name="nvidia-persistenced",
-                version=driver,
-                ready="persistenced-ready",
-                precheck="/usr/bin/nvidia-smi -L >/dev/null 2>&1 || true",
-            )
-            add_service(
-                staging,
-                "nvidia-persistenced.service",
-                "NVIDIA Persistence Daemon (gpuops lab)",
-                daemon,
-                "persistenced-ready",
-            )
+            precheck = "/usr/bin/nvidia-smi -L >/dev/null 2>&1 || true"
+            daemon = {
+                "name": "nvidia-persistenced",
+                "version": driver,
+                "ready": "persistenced-ready",
+                "precheck": precheck,
+            }
+            add_service(staging, "nvidia-persistenced.service", "NVIDIA Persistence Daemon (gpuops lab)", daemon)
         elif content == "fabricmanager":
-            daemon = DAEMON.format(
-                name="nv-fabricmanager",
-                version=driver,
-                ready="fabricmanager-ready",
-                precheck=FM_PRECHECK.format(driver=driver),
-            )
+            precheck = FM_PRECHECK.format(driver=driver)
+            daemon = {
+                "name": "nv-fabricmanager",
+                "version": driver,
+                "ready": "fabricmanager-ready",
+                "precheck": precheck,
+            }
             after = "After=network-online.target nvidia-persistenced.service\n"
             add_service(
-                staging,
-                "nvidia-fabricmanager.service",
-                "NVIDIA fabric manager service (gpuops lab)",
-                daemon,
-                "fabricmanager-ready",
-                after,
+                staging, "nvidia-fabricmanager.service", "NVIDIA fabric manager service (gpuops lab)", daemon, after
             )
         elif content == "dcgm":
-            daemon = DAEMON.format(name="nv-hostengine", version=driver, ready="nv-hostengine-ready", precheck=":")
-            add_service(
-                staging,
-                "nvidia-dcgm.service",
-                "NVIDIA DCGM service (gpuops lab nv-hostengine)",
-                daemon,
-                "nv-hostengine-ready",
-            )
+            daemon = {"name": "nv-hostengine", "version": driver, "ready": "nv-hostengine-ready", "precheck": ":"}
+            add_service(staging, "nvidia-dcgm.service", "NVIDIA DCGM service (gpuops lab nv-hostengine)", daemon)
         else:
             raise SystemExit(f"build-repo: unknown contents {content!r} for {package['name']}")
 
