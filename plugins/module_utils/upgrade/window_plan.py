@@ -34,6 +34,10 @@ node as soon as another one is back, within these rules:
 * The first failed node halts admission (``halt_on_failure``, the default):
   nodes in flight may finish, nothing else starts. Without it, a failed node
   stays out of service until :meth:`Window.release`.
+* ``barrier`` (false by default) turns the window into waves, as Ansible's
+  ``serial`` runs them: nothing is admitted while a node is in flight, then up
+  to ``max_unavailable`` at once. For sites whose change process signs off
+  wave by wave, and as the baseline the window is measured against.
 * Admission is greedy in order: a node that does not fit now (its rack is full)
   does not hold back the nodes after it.
 * A node that cannot be admitted even with nothing else of the window out of
@@ -50,7 +54,15 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import wave
 
 STATES = ("idle", "busy", "drained_by_others", "down")
 ADMISSIBLE_STATES = ("idle", "busy")
-SETTINGS = ("max_unavailable", "per_domain", "partition_floor", "spread_by", "granularity", "halt_on_failure")
+SETTINGS = (
+    "max_unavailable",
+    "per_domain",
+    "partition_floor",
+    "spread_by",
+    "granularity",
+    "halt_on_failure",
+    "barrier",
+)
 DEFAULTS = {
     "max_unavailable": "10%",
     "per_domain": None,
@@ -58,6 +70,7 @@ DEFAULTS = {
     "spread_by": "rack",
     "granularity": 600,
     "halt_on_failure": True,
+    "barrier": False,
 }
 # Floating point slack for the partition floor (GPU counts are integers).
 _EPSILON = 1e-9
@@ -201,6 +214,14 @@ class Settings:
         if not isinstance(halt, bool):
             raise ValueError("halt_on_failure is %r: set true or false" % (halt,))
         self.halt_on_failure = halt
+
+        barrier = values["barrier"]
+        if not isinstance(barrier, bool):
+            raise ValueError(
+                "barrier is %r: set true (waves: nothing starts until every node in flight is back) or false"
+                % (barrier,)
+            )
+        self.barrier = barrier
 
     def as_dict(self) -> dict:
         return {key: getattr(self, key) for key in SETTINGS}
@@ -466,6 +487,8 @@ class Window:
                 return []
             self._start(canary, now)
             return [canary]
+        if self.settings.barrier and self._in_flight:
+            return []
         started = []
         heap = self._heap
         while heap and len(self._out) < self._limit:
@@ -480,22 +503,29 @@ class Window:
                 self._parked.setdefault(key, []).append((rank, name))
         return started
 
-    def finish(self, name: str, ok: bool):
-        """Node ``name`` is back: upgraded and in service (``ok``), or failed and left drained."""
+    def finish(self, name: str, ok: bool, halt=None):
+        """Node ``name`` is back: upgraded and in service (``ok``), or failed and left out of service.
+
+        ``halt`` (default: ``not ok`` under ``halt_on_failure``) stops admission: a node
+        rolled back and in service again still halts the run (``ok=True, halt=True``), a
+        node left drained by policy need not (``ok=False, halt=False``).
+        """
         if name not in self._in_flight:
             raise ValueError(
                 "finish: %s is not in flight (in flight: %s)" % (name, ", ".join(self._in_flight) or "none")
             )
         del self._in_flight[name]
         self._canaries_left.discard(name)
+        if halt is None:
+            halt = not ok and self.settings.halt_on_failure
+        if halt:
+            self.halted = True
         if ok:
             self.done.append(name)
             self._give_back(self.nodes[name])
             self._wake(self.nodes[name])
             return
         self.failed.append(name)
-        if self.settings.halt_on_failure:
-            self.halted = True
 
     def release(self, name: str):
         """A failed node is back in service (repaired, not upgraded): it stops counting as out."""

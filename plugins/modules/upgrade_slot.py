@@ -1,0 +1,109 @@
+#!/usr/bin/python
+# Copyright: contributors to gpuops.cluster
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: upgrade_slot
+short_description: Take and give back a rolling upgrade's slot in the sliding window
+version_added: 0.2.0
+description:
+  - Marks where a node of a rolling upgrade leaves service (O(state=acquired)) and where it is back or left out
+    (O(state=released)). The play must run with C(strategy: gpuops.cluster.upgrade_window); the strategy holds each
+    host at its O(state=acquired) task until the window admits it, and frees the slot when the host reaches its
+    O(state=released) task. Without that strategy the task fails and says so.
+  - The task itself changes nothing anywhere; it returns the strategy's record of the host's slot.
+  - Runs on the controller (action plugin); it never connects to the node.
+author:
+  - gpuops.cluster maintainers (@gpuops)
+options:
+  state:
+    description: V(acquired) waits for the slot, V(released) gives it back.
+    type: str
+    choices: [acquired, released]
+    default: acquired
+  nodes:
+    description:
+      - With O(state=acquired), the whole fleet for the window, each a mapping C(name), C(domains) (such as
+        C({rack: r01})), C(partitions), C(gpus), C(state) (V(idle), V(busy), V(drained_by_others), V(down)),
+        C(job_end) (epoch seconds or null), C(canary), C(done). Read once, from the first host that reaches the task.
+    type: list
+    elements: dict
+  settings:
+    description:
+      - With O(state=acquired), the window's settings C(max_unavailable), C(per_domain), C(partition_floor),
+        C(spread_by), C(granularity), C(halt_on_failure), C(barrier) (see C(module_utils/upgrade/window_plan.py)).
+    type: dict
+  ok:
+    description: With O(state=released), whether the node is back in service.
+    type: bool
+    default: false
+  halt:
+    description:
+      - With O(state=released), whether nothing more may start. Default is the window's C(halt_on_failure) for a node
+        that is not O(ok).
+    type: bool
+extends_documentation_fragment:
+  - gpuops.cluster.attributes
+attributes:
+  check_mode:
+    support: full
+    details: The slot is the same in check mode; the task changes nothing in any mode.
+  diff_mode:
+    support: none
+notes:
+  - A waiting host holds no fork. Keep C(forks) at least the window's C(max_unavailable).
+seealso:
+  - plugin: gpuops.cluster.upgrade_window
+    plugin_type: strategy
+"""
+
+EXAMPLES = r"""
+- name: Upgrade in a sliding window
+  hosts: gpu_nodes
+  strategy: gpuops.cluster.upgrade_window
+  tasks:
+    - name: Wait for a slot in the window
+      gpuops.cluster.upgrade_slot:
+        nodes: "{{ hostvars['localhost'].gpuops_upgrade_window_nodes }}"
+        settings: {max_unavailable: 4, per_domain: {rack: 1}, partition_floor: 0.85}
+      register: slot
+
+    - name: End here when the window did not admit the node
+      ansible.builtin.meta: end_host
+      when: not slot.admitted
+
+    # ... drain, upgrade, gate ...
+
+    - name: Give the slot back
+      gpuops.cluster.upgrade_slot:
+        state: released
+        ok: true
+"""
+
+RETURN = r"""
+admitted:
+  description: With O(state=acquired), whether the node may leave service now.
+  returned: state is acquired
+  type: bool
+slot:
+  description:
+    - The strategy's record of the node's slot. C(reason) says why a node was not admitted (the run halted, the node
+      is blocked by a rule even with nothing in flight, or it is not in the plan).
+  returned: always
+  type: dict
+  sample:
+    state: released
+    admitted: true
+    reason: admitted
+    arrived_at: 1796280000.1
+    admitted_at: 1796280012.6
+    released_at: 1796280101.9
+    waited: 12.5
+    in_flight: [gpu002]
+    canary: false
+    ok: true
+    halted: false
+"""

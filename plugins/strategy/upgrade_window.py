@@ -1,0 +1,181 @@
+# Copyright: contributors to gpuops.cluster
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: upgrade_window
+short_description: Run a rolling upgrade as a sliding window, each node starting as soon as the window has room
+version_added: 0.2.0
+description:
+  - The strategy of the rolling upgrade's window play. It runs hosts like the C(free) strategy, each at its own
+    pace, and holds every host at its C(gpuops.cluster.upgrade_slot) task (O(state=acquired)) until the window
+    (P(gpuops.cluster.upgrade_window#strategy)'s planner, C(module_utils/upgrade/window_plan.py)) admits it: at most
+    C(max_unavailable) nodes out of service, at most C(per_domain) per rack or NVLink domain, every Slurm partition
+    above its floor, the canary first and alone, nothing new after the first failure.
+  - A host's slot comes back the moment its C(gpuops.cluster.upgrade_slot) task with O(state=released) is reached,
+    and the next admitted host starts at once: no host waits for an unrelated one, as Ansible's C(serial) batches
+    make it wait for the slowest of its batch.
+  - A host waiting for its slot holds no fork, so the window is bounded by the window's settings, not by C(forks)
+    (keep C(forks) at least the window's size).
+  - A host that leaves the play while holding a slot (unreachable, or failed outside a C(rescue)) counts as a
+    failure and halts admission. When admission halted, or the remaining hosts cannot fit even with nothing in
+    flight, the waiting hosts pass their slot task not admitted, with the reason, and end their part of the play.
+  - Plays without an C(upgrade_slot) task run exactly as under C(free).
+author:
+  - gpuops.cluster maintainers (@gpuops)
+"""
+
+import time
+
+from ansible.plugins.strategy.free import StrategyModule as FreeStrategyModule
+from ansible.template import Templar
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_plan
+
+SLOT_ACTIONS = frozenset({"gpuops.cluster.upgrade_slot", "upgrade_slot"})
+# The host variable the strategy hands each host's slot record to the upgrade_slot action in.
+SLOT_FACT = "gpuops_upgrade_slot"
+
+
+def slot_state(task) -> str | None:
+    """``acquired`` or ``released`` for an upgrade_slot task, None for any other task."""
+    if task is None or task.action not in SLOT_ACTIONS:
+        return None
+    state = task.args.get("state", "acquired")
+    return state if state in ("acquired", "released") else "acquired"
+
+
+class StrategyModule(FreeStrategyModule):
+    """The free strategy with a gate: hosts at an unadmitted slot are left out of the host loop."""
+
+    def __init__(self, tqm):
+        super().__init__(tqm)
+        self._window = None
+        self._arrived: dict = {}  # host name -> when it reached its slot task
+        self._holding: set = set()  # hosts admitted and not released yet
+        self._records: dict = {}  # host name -> its slot record
+        self._admitted_at: dict = {}  # host name -> when the window admitted it
+        self._broken = None  # why the window could not be built from the slot task's arguments
+
+    # Host loop hook: the free strategy asks for the hosts left on every pass.
+
+    def get_hosts_left(self, iterator):
+        hosts = super().get_hosts_left(iterator)
+        visible = []
+        waiting = []
+        for host in hosts:
+            if self._blocked_hosts.get(host.name, False):
+                visible.append(host)
+                continue
+            _state, task = iterator.get_next_task_for_host(host, peek=True)
+            step = slot_state(task)
+            if step == "released":
+                self._release(iterator, host, task)
+            elif step == "acquired":
+                waiting.append((host, task))
+                continue
+            elif host.name in self._holding and (task is None or iterator.is_failed(host)):
+                self._left(host, "left the run while out of service")
+            visible.append(host)
+        for name in list(self._holding):
+            if name not in {host.name for host in hosts}:
+                self._left(self._inventory.get_host(name), "unreachable while out of service")
+        if waiting:
+            visible.extend(self._admit(iterator, waiting))
+        return visible
+
+    # The window.
+
+    def _template_args(self, iterator, host, task) -> dict:
+        task_vars = self._variable_manager.get_vars(
+            play=iterator._play, host=host, task=task, _hosts=self._hosts_cache, _hosts_all=self._hosts_cache_all
+        )
+        self.add_tqm_variables(task_vars, play=iterator._play)
+        return Templar(loader=self._loader, variables=task_vars).template(task.args)
+
+    def _hand(self, host, record: dict):
+        self._variable_manager.set_nonpersistent_facts(host.name, {SLOT_FACT: record})
+
+    def _admit(self, iterator, waiting) -> list:
+        now = time.time()
+        for host, _task in waiting:
+            self._arrived.setdefault(host.name, now)
+        if self._window is None:
+            host, task = waiting[0]
+            args = self._template_args(iterator, host, task)
+            try:
+                self._window = window_plan.Window(args.get("nodes") or [], args.get("settings") or {}, now)
+            except ValueError as error:
+                self._broken = str(error)
+                self._window = window_plan.Window([], {}, now)
+        window = self._window
+        for name in window.admit(now):
+            self._holding.add(name)
+            self._admitted_at[name] = now
+        passing = []
+        for host, _task in waiting:
+            name = host.name
+            if self._broken:
+                self._hand(host, self._record(name, False, "the window cannot be built: %s" % self._broken))
+            elif name in self._holding:
+                record = self._records.get(name)
+                if not record or record.get("state") != "acquired" or not record.get("admitted"):
+                    self._hand(host, self._record(name, True, "admitted"))
+            elif name not in window.nodes:
+                self._hand(host, self._record(name, False, "not in the window's plan"))
+            elif window.halted:
+                self._hand(host, self._record(name, False, "the run halted before this node started"))
+            else:
+                continue
+            passing.append(host)
+        if not passing and not self._holding and not window.in_flight:
+            # Nothing in flight and nothing admitted: whatever still waits can never start.
+            blocked = window.blocked
+            for host, _task in waiting:
+                why = blocked.get(host.name, "cannot leave service within the window's rules")
+                self._hand(host, self._record(host.name, False, "blocked: %s" % why))
+                passing.append(host)
+        return passing
+
+    def _record(self, name: str, admitted: bool, reason: str) -> dict:
+        now = time.time()
+        arrived = self._arrived.get(name, now)
+        record = {
+            "state": "acquired",
+            "admitted": admitted,
+            "reason": reason,
+            "arrived_at": arrived,
+            "admitted_at": self._admitted_at.get(name, now) if admitted else None,
+            "waited": round((self._admitted_at.get(name, now) if admitted else now) - arrived, 3),
+            "in_flight": sorted(self._window.in_flight),
+            "canary": name in self._window.canaries,
+            "released_at": None,
+        }
+        self._records[name] = record
+        return record
+
+    def _release(self, iterator, host, task):
+        name = host.name
+        if name not in self._holding:
+            self._hand(host, {"state": "released", "admitted": False, "reason": "held no slot"})
+            return
+        args = self._template_args(iterator, host, task)
+        ok = bool(args.get("ok", False))
+        halt = args.get("halt")
+        self._finish(name, ok, None if halt is None else bool(halt))
+        record = dict(self._records.get(name, {}))
+        record.update({"state": "released", "released_at": time.time(), "ok": ok, "halted": self._window.halted})
+        self._records[name] = record
+        self._hand(host, record)
+
+    def _left(self, host, why: str):
+        self._finish(host.name, False, True)
+        record = dict(self._records.get(host.name, {}))
+        record.update({"state": "released", "ok": False, "reason": why, "released_at": time.time(), "halted": True})
+        self._records[host.name] = record
+        self._hand(host, record)
+
+    def _finish(self, name: str, ok: bool, halt):
+        self._holding.discard(name)
+        if name in self._window.in_flight:
+            self._window.finish(name, ok, halt)

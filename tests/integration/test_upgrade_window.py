@@ -1,0 +1,155 @@
+"""The upgrade_window strategy and the upgrade_slot action on stand-in nodes (local connection).
+
+Each node's "upgrade" is a wait of ``work_seconds`` on the controller
+(tests/integration/playbooks/upgrade_window.yml), so what is tested is the
+window itself: who starts when, from the slot records the release tasks return.
+Assertions are on order (admitted before or after another node was back), never
+on durations; the makespans go to tests/benchmarks/bench_upgrade_window.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_plan
+
+from tests.integration.playbook_run import run_playbook
+
+pytestmark = pytest.mark.integration
+
+PLAYBOOK = "tests/integration/playbooks/upgrade_window.yml"
+ACQUIRE = "Wait for a slot in the window"
+RELEASE = "Give the slot back"
+
+
+def run_window(tmp_path, name, hosts: dict, nodes: list, settings: dict):
+    inventory = tmp_path / f"{name}.yml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "fleet": {
+                    "hosts": hosts,
+                    "vars": {
+                        "ansible_connection": "local",
+                        "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                    },
+                }
+            }
+        )
+    )
+    run = run_playbook(
+        PLAYBOOK, inventory, tmp_path / name, extravars={"window_nodes": nodes, "window_settings": settings}
+    )
+    assert run.rc == 0, run.stdout[-3000:]
+    acquired = {r.host: r.result for r in run.results_for(task=ACQUIRE)}
+    released = {r.host: r.result["slot"] for r in run.results_for(task=RELEASE)}
+    return acquired, released
+
+
+def spans(released: dict) -> dict:
+    return {host: (slot["admitted_at"], slot["released_at"]) for host, slot in released.items()}
+
+
+def most_out_at_once(released: dict) -> int:
+    intervals = list(spans(released).values())
+    return max(sum(1 for s, e in intervals if s <= start < e) for start, _unused in intervals)
+
+
+SIX = [f"n{i}" for i in range(1, 7)]
+
+
+@pytest.fixture(scope="module", name="slow_node")
+def fixture_slow_node(tmp_path_factory):
+    """Six nodes, n1 the canary, n2 four times slower than the others; a window of two, then waves of two."""
+    tmp_path = tmp_path_factory.mktemp("window")
+    hosts = {name: ({"work_seconds": 4} if name == "n2" else {}) for name in SIX}
+    nodes = [{"name": name, "canary": name == "n1"} for name in SIX]
+    window = run_window(tmp_path, "window", hosts, nodes, {"max_unavailable": 2})
+    waves = run_window(tmp_path, "waves", hosts, nodes, {"max_unavailable": 2, "barrier": True})
+    return nodes, window, waves
+
+
+def test_every_node_admitted_and_back(slow_node):
+    _unused, (acquired, released), _unused = slow_node
+    assert sorted(released) == SIX
+    assert all(result["admitted"] for result in acquired.values())
+    assert all(slot["ok"] and not slot["halted"] for slot in released.values())
+
+
+def test_the_canary_goes_first_and_alone(slow_node):
+    _unused, (_unused, released), _unused = slow_node
+    assert released["n1"]["canary"]
+    canary_back = released["n1"]["released_at"]
+    assert all(released[name]["admitted_at"] >= canary_back for name in SIX[1:])
+
+
+def test_no_more_than_the_window_out_at_once(slow_node):
+    nodes, (_unused, released), (_unused, waves) = slow_node
+    for run in (released, waves):
+        timeline = [(host, start, end) for host, (start, end) in spans(run).items()]
+        assert window_plan.check(timeline, nodes, {"max_unavailable": 2}) == []
+        assert most_out_at_once(run) == 2
+
+
+def test_the_window_does_not_wait_for_the_slow_node(slow_node):
+    _unused, (_unused, released), _unused = slow_node
+    slow_back = released["n2"]["released_at"]
+    started_meanwhile = [name for name in ("n3", "n4", "n5", "n6") if released[name]["admitted_at"] < slow_back]
+    # one slot is the slow node's; the other turns over while it runs
+    assert len(started_meanwhile) >= 3, spans(released)
+
+
+def test_waves_wait_for_the_slowest_node_of_their_wave(slow_node):
+    _unused, _unused, (_unused, waves) = slow_node
+    wave_of_slow = [name for name in SIX[1:] if waves[name]["admitted_at"] == waves["n2"]["admitted_at"]]
+    assert len(wave_of_slow) == 2
+    slow_back = waves["n2"]["released_at"]
+    later = [name for name in SIX[1:] if name not in wave_of_slow]
+    assert all(waves[name]["admitted_at"] >= slow_back for name in later)
+
+
+def test_one_node_per_rack_two_racks_in_parallel(tmp_path):
+    racks = {name: ("r1" if name in ("n1", "n2", "n3") else "r2") for name in SIX}
+    nodes = [{"name": name, "domains": {"rack": racks[name]}, "canary": name == "n1"} for name in SIX]
+    settings = {"max_unavailable": 3, "per_domain": {"rack": 1}}
+    _unused, released = run_window(tmp_path, "racks", {name: {} for name in SIX}, nodes, settings)
+    assert sorted(released) == SIX
+    timeline = [(host, start, end) for host, (start, end) in spans(released).items()]
+    assert window_plan.check(timeline, nodes, settings) == []
+    # never two of one rack, but both racks at once
+    assert most_out_at_once(released) == 2
+
+
+def test_the_first_failure_admits_nothing_new(tmp_path):
+    hosts = {name: ({"fail": True} if name == "n3" else {}) for name in SIX}
+    nodes = [{"name": name, "canary": name == "n1"} for name in SIX]
+    acquired, released = run_window(tmp_path, "halt", hosts, nodes, {"max_unavailable": 2})
+    failed_back = released["n3"]["released_at"]
+    assert released["n3"]["ok"] is False
+    assert released["n3"]["halted"] is True
+    assert all(slot["admitted_at"] < failed_back for slot in released.values())
+    not_started = sorted(host for host, result in acquired.items() if not result["admitted"])
+    assert not_started, "nodes after the failure must not start"
+    assert not set(not_started) & set(released)
+    for host in not_started:
+        assert acquired[host]["slot"]["reason"] == "the run halted before this node started"
+
+
+def test_nodes_that_can_never_fit_pass_not_admitted_with_the_reason(tmp_path):
+    nodes = [{"name": name, "partitions": ["batch"], "gpus": 8} for name in ("n1", "n2")]
+    acquired, released = run_window(
+        tmp_path, "blocked", {"n1": {}, "n2": {}}, nodes, {"max_unavailable": 2, "partition_floor": 0.9}
+    )
+    assert released == {}
+    assert {host: result["admitted"] for host, result in acquired.items()} == {"n1": False, "n2": False}
+    assert all(result["slot"]["reason"].startswith("blocked: ") for result in acquired.values())
+    assert any("partition_floor 0.9" in result["slot"]["reason"] for result in acquired.values())
+
+
+def test_bad_window_settings_start_nothing_and_say_why(tmp_path):
+    nodes = [{"name": name} for name in ("n1", "n2")]
+    acquired, released = run_window(tmp_path, "bad", {"n1": {}, "n2": {}}, nodes, {"max_unavailabel": 1})
+    assert released == {}
+    for result in acquired.values():
+        assert not result["admitted"]
+        assert "unknown window setting(s) max_unavailabel" in result["slot"]["reason"]

@@ -1,0 +1,79 @@
+"""The upgrade_slot action (what it returns for the strategy's record) and the strategy's slot detection."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from unittest.mock import MagicMock
+
+import pytest
+from ansible.playbook.play_context import PlayContext
+from ansible.playbook.task import Task
+from ansible_collections.gpuops.cluster.plugins.action.upgrade_slot import ActionModule
+from ansible_collections.gpuops.cluster.plugins.strategy.upgrade_window import slot_state
+
+
+def action(args: dict) -> ActionModule:
+    task = MagicMock(Task)
+    task.args = args
+    task.async_val = 0
+    task.check_mode = False
+    task.diff = False
+    connection = MagicMock()
+    connection._shell = MagicMock()
+    return ActionModule(task, connection, PlayContext(), loader=None, templar=None, shared_loader_obj=None)
+
+
+RECORD = {"state": "acquired", "admitted": True, "reason": "admitted", "admitted_at": 1.0, "in_flight": ["n1"]}
+
+
+def test_acquired_returns_the_strategy_decision():
+    result = action({"nodes": [], "settings": {}}).run(task_vars={"gpuops_upgrade_slot": RECORD})
+    assert not result.get("failed")
+    assert result["admitted"] is True
+    assert result["slot"] == RECORD
+    assert result["changed"] is False
+
+
+def test_not_admitted_is_not_a_failure():
+    record = dict(RECORD, admitted=False, reason="the run halted before this node started")
+    result = action({}).run(task_vars={"gpuops_upgrade_slot": record})
+    assert not result.get("failed")
+    assert result["admitted"] is False
+    assert result["slot"]["reason"] == "the run halted before this node started"
+
+
+def test_released_returns_the_record_without_admitted():
+    record = {"state": "released", "admitted": True, "ok": True, "released_at": 2.0}
+    result = action({"state": "released", "ok": True}).run(task_vars={"gpuops_upgrade_slot": record})
+    assert result["slot"]["released_at"] == 2.0
+    assert "admitted" not in result
+
+
+@pytest.mark.parametrize(
+    "task_vars",
+    [{}, {"gpuops_upgrade_slot": {"state": "released"}}, {"gpuops_upgrade_slot": "admitted"}],
+    ids=["no record", "record of the other state", "not a record"],
+)
+def test_without_the_strategy_the_task_fails_and_names_it(task_vars):
+    result = action({}).run(task_vars=task_vars)
+    assert result["failed"] is True
+    assert "strategy: gpuops.cluster.upgrade_window" in result["msg"]
+
+
+def test_a_bad_state_fails():
+    result = action({"state": "taken"}).run(task_vars={"gpuops_upgrade_slot": RECORD})
+    assert result["failed"] is True
+    assert "set acquired or released" in result["msg"]
+
+
+@pytest.mark.parametrize(
+    ("task", "expected"),
+    [
+        (SimpleNamespace(action="gpuops.cluster.upgrade_slot", args={}), "acquired"),
+        (SimpleNamespace(action="upgrade_slot", args={"state": "released"}), "released"),
+        (SimpleNamespace(action="ansible.builtin.debug", args={"state": "released"}), None),
+        (None, None),
+    ],
+)
+def test_the_strategy_knows_the_slot_tasks(task, expected):
+    assert slot_state(task) == expected
