@@ -46,6 +46,9 @@ def test_json_states(json_nodes):
         "reason": None,
         "reason_set_by_user": None,
         "boot_time": 1764670000,
+        "partitions": ["gpu"],
+        "gres": "gpu:4",
+        "gpus": 4,
     }
     assert json_nodes["ru-node5"]["state"] == "down"
     assert json_nodes["ru-node5"]["drained"]
@@ -63,6 +66,12 @@ def test_text_agrees_with_json_on_state_and_ownership(json_nodes, text_nodes):
         assert slurm_node.ownership(node, PREFIX) == slurm_node.ownership(json_nodes[name], PREFIX), name
     # the text cuts reasons at 60 characters; the prefix survives
     assert text_nodes["ru-node2"]["reason"] == json_nodes["ru-node2"]["reason"][:60]
+    # and carries neither partitions nor gres
+    assert {key: text_nodes["ru-node4"][key] for key in ("partitions", "gres", "gpus")} == {
+        "partitions": None,
+        "gres": None,
+        "gpus": None,
+    }
 
 
 def test_slurm_23_list_states_are_read():
@@ -172,3 +181,222 @@ def test_reason_and_argv():
 def test_bad_reason_parts(prefix, run_id, message):
     with pytest.raises(ValueError, match=r"prefix|run id|double quotes"):
         slurm_node.make_reason(prefix, run_id, message)
+
+
+# --- the fleet survey of the sliding window: hostlists, squeue, survey ---
+
+NOW = 1796280000
+
+
+@pytest.mark.parametrize(
+    ("expr", "names"),
+    [
+        ("gpu[1-3,5]", ["gpu1", "gpu2", "gpu3", "gpu5"]),
+        ("gpu[01-03]", ["gpu01", "gpu02", "gpu03"]),
+        ("gpu[8-10]", ["gpu8", "gpu9", "gpu10"]),
+        ("gpu[098-101]", ["gpu098", "gpu099", "gpu100", "gpu101"]),
+        ("a1,b2", ["a1", "b2"]),
+        ("ru-node4", ["ru-node4"]),
+        ("gpu[1-2],cpu[01-02]-ib,login", ["gpu1", "gpu2", "cpu01-ib", "cpu02-ib", "login"]),
+        ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
+        ("node1[0-2]", ["node10", "node11", "node12"]),
+        ("gpu[3,1-2],gpu2", ["gpu3", "gpu1", "gpu2"]),
+        (" gpu[1-2] ", ["gpu1", "gpu2"]),
+        ("", []),
+        ("(null)", []),
+        (None, []),
+    ],
+)
+def test_expand_hostlist(expr, names):
+    assert slurm_node.expand_hostlist(expr) == names
+
+
+@pytest.mark.parametrize(
+    "expr",
+    ["gpu[1-3", "gpu1-3]", "gpu[a-b]", "gpu[3-1]", "gpu[1-[2]]", "gpu[]", "gpu[1,,2]", "a,,b", "gpu[1-]"],
+)
+def test_malformed_hostlist_raises(expr):
+    with pytest.raises(slurm_node.SlurmParseError, match=r"hostlist|brackets"):
+        slurm_node.expand_hostlist(expr)
+
+
+def test_squeue_argv_asks_for_a_separated_line_per_job():
+    assert slurm_node.squeue_argv("/usr/bin/squeue") == [
+        "/usr/bin/squeue",
+        "--all",
+        "--noheader",
+        "--states=RUNNING,COMPLETING,CONFIGURING",
+        "--format=%i|%e|%N",
+    ]
+
+
+def test_parse_squeue_takes_the_last_end_per_node():
+    text = (
+        "4101|1796283600|ru-node1\n"
+        "4102|1796281000|ru-node[1,4]\n"
+        "4103_7|1796290000|ru-node[08-09]\n"
+        "\n"
+        "  4104+0|1796285000|gpu-b01  \n"
+    )
+    assert slurm_node.parse_squeue(text, NOW) == {
+        "ru-node1": 1796283600,
+        "ru-node4": 1796281000,
+        "ru-node08": 1796290000,
+        "ru-node09": 1796290000,
+        "gpu-b01": 1796285000,
+    }
+
+
+@pytest.mark.parametrize("end", ["N/A", "NONE", "Unknown", "", "INFINITE"])
+def test_parse_squeue_a_job_without_an_end_makes_the_node_unknown(end):
+    # whichever line comes first, one job without an end makes the node's end unknown
+    text = "1|1796283600|n[1-2]\n2|%s|n2\n3|1796283700|n2\n" % end
+    assert slurm_node.parse_squeue(text, NOW) == {"n1": 1796283600, "n2": None}
+    assert slurm_node.parse_squeue("2|%s|n2\n1|1796283600|n2\n" % end, NOW) == {"n2": None}
+
+
+def test_parse_squeue_a_past_end_is_now_and_nodeless_jobs_are_skipped():
+    assert slurm_node.parse_squeue("1|1796279000|n1\n2|1796290000|\n", NOW) == {"n1": NOW}
+    assert slurm_node.parse_squeue("", NOW) == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("1|2026-12-03T10:15:00|n1\n", "SLURM_TIME_FORMAT"),
+        ("1 1796283600 n1\n", "expected --format"),
+        ("1|1796283600|n1|extra\n", "expected --format"),
+        ("1|1796283600|n[1-\n", "brackets"),
+    ],
+)
+def test_unreadable_squeue_raises(text, message):
+    with pytest.raises(slurm_node.SlurmParseError, match=message):
+        slurm_node.parse_squeue(text, NOW)
+
+
+@pytest.mark.parametrize(
+    ("gres", "tres", "gpus"),
+    [
+        ("gpu:4", None, 4),
+        ("gpu:l40s:4", None, 4),
+        ("gpu:4(S:0-1)", None, 4),
+        ("gpu:h100:8(S:0-1)", None, 8),
+        ("gpu:a100:4(S:0,1),gpu:v100:2(S:1),shard:8", None, 6),
+        ("gpu:tesla:no_consume:2", None, 2),
+        ("shard:8", None, None),
+        ("", "cpu=2,mem=1900M,billing=2,gres/gpu=4", 4),
+        ("(null)", "cpu=64,gres/gpu:h100=8,gres/gpu=8", 8),
+        ("", "cpu=2,mem=1900M", None),
+        ("gpu:4(S:0-1", "cpu=2,gres/gpu=2", 2),  # unreadable gres: the tres says
+        (None, None, None),
+    ],
+)
+def test_gpu_count(gres, tres, gpus):
+    assert slurm_node.gpu_count(gres, tres) == gpus
+
+
+def _sinfo(*nodes):
+    return slurm_node.parse_sinfo_json(json.dumps({"nodes": list(nodes)}))
+
+
+def test_survey_of_the_fixture_cluster(json_nodes):
+    squeue = "4101|1796283600|ru-node1\n4102|NONE|ru-node6\n4103|1796281000|ru-node[1,6]\n"
+    fleet = slurm_node.survey(json_nodes, slurm_node.parse_squeue(squeue, NOW), sorted(json_nodes), PREFIX)
+    assert [(n["name"], n["state"], n["job_end"]) for n in fleet] == [
+        ("ru-node1", "busy", 1796283600),  # our drain, the job still running: taken like any busy node
+        ("ru-node2", "idle", None),  # our drain, left by an aborted run: idle
+        ("ru-node3", "drained_by_others", None),
+        ("ru-node4", "idle", None),
+        ("ru-node5", "idle", None),  # drained by us, rebooted: down+drain with our reason
+        ("ru-node6", "busy", None),  # a job without a time limit
+        ("ru-node7", "down", None),  # not responding
+    ]
+    assert fleet[0] == {
+        "name": "ru-node1",
+        "partitions": ["gpu"],
+        "gpus": 4,
+        "state": "busy",
+        "job_end": 1796283600,
+        "slurm_state": "mixed+drain",
+        "reason": "gpuops-upgrade[20261202T101500-ab12]: upgrading the NVIDIA stack",
+        "owner": "ours",
+    }
+    assert fleet[2]["reason"] == "bad DIMM, ticket HW-4411"
+    assert fleet[2]["owner"] == "other"
+    assert fleet[4]["slurm_state"] == "down+drain"
+    assert fleet[6]["slurm_state"] == "down+not_responding"
+
+
+def test_survey_with_another_prefix_sees_our_drains_as_someone_elses(json_nodes):
+    fleet = slurm_node.survey(json_nodes, {}, ["ru-node2", "ru-node5"], "other-tool")
+    assert [(n["state"], n["owner"]) for n in fleet] == [("drained_by_others", "other"), ("down", "other")]
+
+
+def test_survey_classifies_every_situation():
+    nodes = _sinfo(
+        {"name": "idle1", "state": "idle", "partitions": ["gpu", "gpu-long"], "gres": "gpu:l40s:4(S:0-1)"},
+        {"name": "busy1", "state": "mixed", "partitions": ["gpu"], "gres": "gpu:h100:8(S:0-1)"},
+        {"name": "race1", "state": "idle", "partitions": ["gpu"], "gres": "gpu:8"},
+        {"name": "cg1", "state": "idle", "state_flags": ["COMPLETING"], "gres": "gpu:8"},
+        {"name": "cpu1", "state": "idle", "partitions": ["cpu"], "gres": ""},
+        {"name": "admin-down", "state": "down", "reason": "PSU swap"},
+        {"name": "failed", "state": "fail", "reason": "ECC storm"},
+        {
+            "name": "ours-dead",
+            "state": "down",
+            "state_flags": ["DRAIN", "NOT_RESPONDING"],
+            "reason": "%s[r0]: x" % PREFIX,
+        },
+        {"name": "asleep", "state": "idle", "state_flags": ["POWERED_DOWN"]},
+        {"name": "booting", "state": "unknown"},
+        {"name": "theirs-busy", "state": "mixed", "state_flags": ["DRAIN"], "reason": "hw ticket"},
+        {"name": "ours-busy", "state": "allocated", "state_flags": ["DRAIN"], "reason": "%s[r0]: x" % PREFIX},
+    )
+    job_ends = {"busy1": 1796283600, "race1": 1796281200, "theirs-busy": 1796283000, "ours-busy": 1796299000}
+    fleet = {n["name"]: n for n in slurm_node.survey(nodes, job_ends, list(nodes), PREFIX)}
+    assert {name: (n["state"], n["job_end"]) for name, n in fleet.items()} == {
+        "idle1": ("idle", None),
+        "busy1": ("busy", 1796283600),
+        "race1": ("busy", 1796281200),  # squeue saw a job sinfo did not yet
+        "cg1": ("busy", None),  # completing, no job left in squeue
+        "cpu1": ("idle", None),
+        "admin-down": ("down", None),
+        "failed": ("down", None),
+        "ours-dead": ("down", None),  # our drain, but Slurm cannot reach it
+        "asleep": ("down", None),
+        "booting": ("down", None),
+        "theirs-busy": ("drained_by_others", None),
+        "ours-busy": ("busy", 1796299000),
+    }
+    assert fleet["idle1"]["partitions"] == ["gpu", "gpu-long"]
+    assert fleet["idle1"]["gpus"] == 4
+    assert fleet["busy1"]["gpus"] == 8
+    assert fleet["cpu1"]["gpus"] == 0
+    assert fleet["cpu1"]["partitions"] == ["cpu"]
+    assert fleet["admin-down"]["partitions"] == []
+    assert fleet["asleep"]["slurm_state"] == "idle+powered_down"
+
+
+def test_survey_keeps_the_order_given_and_lists_a_node_once(json_nodes):
+    fleet = slurm_node.survey(json_nodes, {}, ["ru-node4", "ru-node2", "ru-node4"], PREFIX)
+    assert [n["name"] for n in fleet] == ["ru-node4", "ru-node2"]
+
+
+def test_survey_names_unknown_nodes(json_nodes):
+    assert slurm_node.unknown_nodes(json_nodes, ["ru-node1", "zz9", "zz1", "zz9"]) == ["zz9", "zz1"]
+    with pytest.raises(ValueError, match="node\\(s\\) zz9, zz1 not known to Slurm"):
+        slurm_node.survey(json_nodes, {}, ["ru-node1", "zz9", "zz1"], PREFIX)
+
+
+def test_survey_nodes_are_window_plan_nodes(json_nodes):
+    # the planner's fields, as the planner validates them
+    from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_plan
+
+    squeue = "4101|1796283600|ru-node1\n"
+    fleet = slurm_node.survey(json_nodes, slurm_node.parse_squeue(squeue, NOW), sorted(json_nodes), PREFIX)
+    planner_fields = ("name", "partitions", "gpus", "state", "job_end")
+    nodes = window_plan.nodes_of([{key: n[key] for key in planner_fields} for n in fleet])
+    assert [(n.name, n.state, n.gpus, n.partitions) for n in nodes][:2] == [
+        ("ru-node1", "busy", 4, ("gpu",)),
+        ("ru-node2", "idle", 4, ("gpu",)),
+    ]
