@@ -1,0 +1,376 @@
+# Copyright: contributors to gpuops.cluster
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The rolling upgrade's drain adapters as decisions: which module to call, with what, and what its answer means.
+
+``gpuops.cluster.upgrade_drain`` (an action plugin) takes a node out of service and gives it
+back through the scheduler's own modules: ``gpuops.cluster.slurm_drain`` for Slurm,
+``kubernetes.core.k8s_info`` and ``kubernetes.core.k8s_drain`` for Kubernetes. The plugin
+only runs the modules this file names, with the arguments it builds, and hands the answers
+back here; everything it decides is decided here, without I/O.
+
+The record is ``upgrade_record.drain_record``'s (what the audit report keeps under
+``drain``) with every key present for every adapter::
+
+    {adapter, state, node, action, ours, pre_existing, timed_out, reason, waited, blocking_pods, changed}
+
+The ownership rule of the upgrade holds for every state: a node drained (or cordoned) by
+someone else before the run stays drained; only a drain of ours is given back.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import kubernetes_node, slurm_node, upgrade_record
+
+ADAPTERS = ("slurm", "kubernetes", "none")
+STATES = ("drained", "restored", "kept")
+SLURM_DRAIN = "gpuops.cluster.slurm_drain"
+K8S_INFO = "kubernetes.core.k8s_info"
+K8S_DRAIN = "kubernetes.core.k8s_drain"
+DEFAULT_PREFIX = "gpuops-upgrade"
+DEFAULT_DRAIN_REASON = "upgrading the NVIDIA stack"
+DEFAULT_KEPT_REASON = "kept drained; see the report of run %s"
+# k8s_drain ends its wait with this warning (not a failure) when pods outlast wait_timeout.
+K8S_TIMEOUT_WARNING = "timeout reached while pods were still running"
+# k8s_drain failures that mean pods would not leave (a drain that cannot finish), not that the API failed:
+# pods no controller manages (it never deletes those without force) and evictions refused (a PodDisruptionBudget).
+K8S_BLOCKED_FAILURES = ("Pod deletion errors", "Failed to delete pod")
+RECORD_KEYS = (
+    "adapter",
+    "state",
+    "node",
+    "action",
+    "ours",
+    "pre_existing",
+    "timed_out",
+    "reason",
+    "waited",
+    "blocking_pods",
+    "changed",
+)
+
+
+def request(args: dict, inventory_hostname: str | None = None) -> dict:
+    """The checked request from the task's arguments (already through the argument spec).
+
+    ``node`` defaults to ``inventory_hostname``. Raises ValueError saying what to set.
+    """
+    adapter, state = args.get("adapter"), args.get("state")
+    if adapter not in ADAPTERS:
+        raise ValueError("adapter is %r: set one of %s" % (adapter, ", ".join(ADAPTERS)))
+    if state not in STATES:
+        raise ValueError("state is %r: set one of %s" % (state, ", ".join(STATES)))
+    node = args.get("node") or inventory_hostname
+    if adapter != "none" and not node:
+        raise ValueError("node is not set: set it to the node's name in %s" % adapter)
+    timeout = int(args.get("timeout", 3600))
+    poll_interval = int(args.get("poll_interval", 10))
+    if timeout < 0 or poll_interval < 1:
+        raise ValueError(
+            "timeout must be >= 0 and poll_interval >= 1 (seconds), got %s and %s" % (timeout, poll_interval)
+        )
+    ours = args.get("ours")
+    if state == "drained" and ours is not None:
+        raise ValueError("ours is for state=restored or kept (what the drain recorded); state=drained finds it out")
+    prefix = args.get("reason_prefix") or DEFAULT_PREFIX
+    run_id = args.get("run_id")
+    reason = args.get("reason")
+    if state == "kept" and not reason and run_id:
+        reason = DEFAULT_KEPT_REASON % run_id
+    if adapter == "slurm" and state in ("drained", "kept"):
+        if not run_id:
+            raise ValueError(
+                "run_id is required with adapter=slurm and state=%s: the drain reason names the run" % state
+            )
+        slurm_node.make_reason(prefix, run_id, reason or DEFAULT_DRAIN_REASON)  # a reason Slurm would refuse fails here
+    return {
+        "adapter": adapter,
+        "state": state,
+        "node": node,
+        "run_id": run_id,
+        "reason_prefix": prefix,
+        "reason": reason,
+        "timeout": timeout,
+        "poll_interval": poll_interval,
+        "kubeconfig": args.get("kubeconfig"),
+        "ours": ours,
+    }
+
+
+def record(req: dict, **values) -> dict:
+    """A record with every key; ``values`` override the defaults (nothing done, nothing owned)."""
+    base = {
+        "adapter": req["adapter"],
+        "state": req["state"],
+        "node": req["node"],
+        "action": "none",
+        "ours": False,
+        "pre_existing": False,
+        "timed_out": False,
+        "reason": None,
+        "waited": 0.0,
+        "blocking_pods": [],
+        "changed": False,
+    }
+    base.update(values)
+    return base
+
+
+def none_record(req: dict) -> dict:
+    """adapter=none: nothing is drained, nothing given back."""
+    return record(req, **upgrade_record.drain_record("none"))
+
+
+def module_failure(result) -> str | None:
+    """Why a module's registered result is not an answer (failed, skipped, empty), or None when it is."""
+    if not isinstance(result, dict) or not result:
+        return "no result"
+    if result.get("failed"):
+        return str(result.get("msg") or "failed without a message")
+    if result.get("skipped"):
+        return "skipped: %s" % (result.get("msg") or "no reason given")
+    return None
+
+
+def failure(req: dict, module: str, doing: str, why: str, result=None, **known) -> dict:
+    """A failed task result: what failed, for which node, and what the module said (never its arguments)."""
+    out = {
+        "failed": True,
+        "msg": "%s %s for node %s: %s" % (module, doing, req["node"], why),
+        "module": module,
+    }
+    for key in ("rc", "stdout", "stderr", "commands", "status"):
+        if isinstance(result, dict) and result.get(key) not in (None, ""):
+            out[key] = result[key]
+    # what is not known when the task fails is null: a rescue must not take "not ours" for a fact
+    out.update(record(req, **dict({"ours": None, "pre_existing": None}, **known)))
+    out["changed"] = bool(known.get("changed"))
+    return out
+
+
+# Slurm ---------------------------------------------------------------------------------------
+
+
+def slurm_args(req: dict) -> dict | None:
+    """The arguments of gpuops.cluster.slurm_drain for the request, or None when nothing is to be called.
+
+    * drained: drain (ours, reason naming the run) and wait for the jobs, bounded by ``timeout``.
+    * restored: resume; the module resumes only a drain whose reason is ours.
+    * kept: keep drained with ``reason``: the module updates the reason of a drain of ours, drains a
+      node that is not drained (a failure before the drain) and leaves someone else's drain alone.
+
+    With ``ours`` false (recorded at drain time) restored and kept call nothing: the drain is not ours.
+    """
+    if req["state"] != "drained" and req["ours"] is False:
+        return None
+    args = {"node": req["node"], "reason_prefix": req["reason_prefix"]}
+    if req["state"] == "restored":
+        args["state"] = "resumed"
+        return args
+    args.update(state="drained", run_id=req["run_id"])
+    if req["reason"]:
+        args["reason"] = req["reason"]
+    if req["state"] == "drained":
+        args.update(wait=True, wait_timeout=req["timeout"], poll_interval=req["poll_interval"])
+    else:
+        args["wait"] = False
+    return args
+
+
+def slurm_record(req: dict, result: dict | None) -> dict:
+    """The record from slurm_drain's result (None when ``slurm_args`` called nothing)."""
+    if result is None:
+        return record(req, ours=False, pre_existing=True)
+    changed = bool(result.get("changed"))
+    if req["state"] == "drained":
+        drain = upgrade_record.drain_record("slurm", slurm=result)
+        return record(req, action=result.get("action", "none"), changed=changed, **drain)
+    return record(
+        req,
+        action=result.get("action", "none"),
+        ours=bool(result.get("ours")),
+        pre_existing=bool(result.get("pre_existing")),
+        reason=(result.get("node") or {}).get("reason") or None,
+        changed=changed,
+    )
+
+
+# Kubernetes ----------------------------------------------------------------------------------
+
+
+def _auth(req: dict) -> dict:
+    return {"kubeconfig": req["kubeconfig"]} if req["kubeconfig"] else {}
+
+
+def k8s_node_args(req: dict) -> dict:
+    """kubernetes.core.k8s_info arguments that read the Node."""
+    return dict(kind="Node", name=req["node"], **_auth(req))
+
+
+def k8s_pods_args(req: dict) -> dict:
+    """kubernetes.core.k8s_info arguments that list the pods on the node, in every namespace."""
+    return dict(kind="Pod", field_selectors=["spec.nodeName=%s" % req["node"]], **_auth(req))
+
+
+def k8s_drain_args(req: dict, action: str) -> dict:
+    """kubernetes.core.k8s_drain arguments for ``action`` (drain, cordon, uncordon).
+
+    A drain leaves DaemonSet pods (the device plugin, the DCGM exporter), deletes emptyDir data
+    and waits up to ``timeout`` seconds, polling every ``poll_interval``; k8s_drain reads a
+    wait_timeout of 0 as "forever", so ``timeout=0`` waits the shortest it can, 1 s.
+    """
+    args = dict(name=req["node"], state=action, **_auth(req))
+    if action == "drain":
+        args["delete_options"] = {
+            "ignore_daemonsets": True,
+            "delete_emptydir_data": True,
+            "wait_timeout": max(req["timeout"], 1),
+            "wait_sleep": req["poll_interval"],
+        }
+    return args
+
+
+def k8s_cordoned(req: dict, node_result: dict) -> bool:
+    """Whether the Node k8s_info read is cordoned (``spec.unschedulable`` or the unschedulable taint)."""
+    resources = (node_result or {}).get("resources") or []
+    if not resources:
+        raise ValueError(
+            "Kubernetes node %r not found: set node to the node's name in the cluster (kubectl get nodes)" % req["node"]
+        )
+    return kubernetes_node.cordon_state(resources[0])["cordoned"]
+
+
+def k8s_needs_node(req: dict) -> bool:
+    """Whether the Node must be read: not for restored/kept of a drain recorded as someone else's."""
+    return req["state"] == "drained" or req["ours"] is not False
+
+
+def k8s_plan(req: dict, cordoned: bool | None) -> dict:
+    """What to do on the node: ``{action, ours, pre_existing, warning}``; ``action`` is a k8s_drain state or none.
+
+    ``cordoned`` is the Node's state now (None when not read: ``k8s_needs_node`` said no).
+
+    * drained: drain. The drain is ours unless the node was cordoned already (by an operator,
+      a remediation controller), which it then stays after the upgrade.
+    * restored: uncordon a cordon of ours. Without ``ours`` a cordon carries no owner, so a
+      cordoned node is kept cordoned and the plan warns.
+    * kept: a node that is not cordoned any more (a failure before the drain, a drain that
+      gave up) is cordoned again, and that cordon is ours.
+    """
+    state, ours = req["state"], req["ours"]
+    if state == "drained":
+        return {"action": "drain", "ours": not cordoned, "pre_existing": bool(cordoned), "warning": None}
+    if ours is False:
+        return {"action": "none", "ours": False, "pre_existing": True, "warning": None}
+    if state == "restored":
+        if not cordoned:
+            return {"action": "none", "ours": bool(ours), "pre_existing": False, "warning": None}
+        if ours:
+            return {"action": "uncordon", "ours": True, "pre_existing": False, "warning": None}
+        return {
+            "action": "none",
+            "ours": None,
+            "pre_existing": None,
+            "warning": "Kubernetes node %s is cordoned and nothing says the cordon is ours: kept cordoned. "
+            "Pass ours (the drain record's) to give it back" % req["node"],
+        }
+    if cordoned:
+        return {"action": "none", "ours": ours, "pre_existing": False, "warning": None}
+    return {"action": "cordon", "ours": True, "pre_existing": False, "warning": None}
+
+
+def _warning_texts(result: dict) -> list[str]:
+    texts = []
+    for warning in result.get("warnings") or []:
+        if isinstance(warning, str):
+            texts.append(warning)
+        elif isinstance(warning, dict):
+            texts.append(str(warning.get("msg") or warning))
+        else:  # ansible-core's WarningSummary
+            texts.append(str(getattr(getattr(warning, "event", None), "msg", None) or warning))
+    return texts
+
+
+def k8s_drain_outcome(result: dict) -> dict:
+    """What k8s_drain's result means: ``{outcome, reason}``.
+
+    ``outcome`` is ``drained``; ``timed_out`` (pods outlasted wait_timeout, or would not leave:
+    no controller owns them, an eviction was refused); or ``error`` (the API, the credentials,
+    the module itself: a failure of the task).
+    """
+    why = module_failure(result)
+    if why is None:
+        timeout = next((text for text in _warning_texts(result) if K8S_TIMEOUT_WARNING in text), None)
+        if timeout:
+            return {"outcome": "timed_out", "reason": timeout}
+        return {"outcome": "drained", "reason": str(result.get("result") or "")}
+    if result.get("failed") and any(str(result.get("msg") or "").startswith(b) for b in K8S_BLOCKED_FAILURES):
+        return {"outcome": "timed_out", "reason": why}
+    return {"outcome": "error", "reason": why}
+
+
+def k8s_check_mode_unsupported(check_mode: bool, result: dict) -> bool:
+    """Whether k8s_drain skipped a check-mode run (kubernetes.core releases without its check mode).
+
+    The plan, from the Node read, then says what would be done.
+    """
+    return bool(check_mode and isinstance(result, dict) and result.get("skipped") and not result.get("failed"))
+
+
+def k8s_recordon_needed(cordoned_before: bool, drain_result: dict, outcome: dict) -> bool:
+    """After a drain that could not finish, whether to cordon the node again.
+
+    k8s_drain uncordons a node it cordoned when it refuses to evict (pods no controller owns):
+    the node would be back in service with the upgrade not done. It is cordoned again so a
+    drain that timed out leaves the node out of service on every adapter, as Slurm's does.
+    """
+    return outcome["outcome"] == "timed_out" and bool(drain_result.get("failed")) and not cordoned_before
+
+
+def k8s_drained_record(req: dict, node_result: dict, drain_result: dict, pods_result: dict, waited: float) -> dict:
+    """The record of a Kubernetes drain that ran (outcome drained or timed_out).
+
+    The drain timed out when k8s_drain says so, or when pods a drain must evict are still on
+    the node afterwards (read back, whatever k8s_drain said): they are named in ``blocking_pods``.
+    """
+    outcome = k8s_drain_outcome(drain_result)
+    pods = (pods_result or {}).get("resources") or []
+    still_there = kubernetes_node.blocking_pods(pods, req["node"])
+    timed_out = outcome["outcome"] == "timed_out" or bool(still_there)
+    reason = outcome["reason"]
+    if timed_out and outcome["outcome"] == "drained":
+        reason = "pods still on the node after the drain"
+    drain = upgrade_record.drain_record(
+        "kubernetes",
+        k8s_node=node_result,
+        k8s_drain={"failed": timed_out, "msg": reason},
+        k8s_pods={"resources": pods},
+        node_name=req["node"],
+    )
+    return record(
+        req, action="drain", waited=round(float(waited), 3), changed=bool(drain_result.get("changed")), **drain
+    )
+
+
+def k8s_record(req: dict, plan: dict, changed: bool, reason: str | None = None) -> dict:
+    """The record of a Kubernetes restored or kept, or of a drain in check mode (``reason``: what k8s_drain said)."""
+    return record(
+        req,
+        action=plan["action"],
+        ours=plan["ours"],
+        pre_existing=plan["pre_existing"],
+        reason=reason or None,
+        changed=bool(changed),
+    )
+
+
+def summary(rec: dict, check_mode: bool = False) -> str:
+    """One line for the task's ``msg``."""
+    would = "would " if check_mode else ""
+    owner = {True: "ours", False: "not ours", None: "owner unknown"}[rec["ours"]]
+    text = "%s node %s: %s%s (%s)" % (rec["adapter"], rec["node"], would, rec["action"], owner)
+    if rec["timed_out"]:
+        text += "; timed out after %ss%s" % (
+            rec["waited"],
+            ", blocking: " + ", ".join(rec["blocking_pods"]) if rec["blocking_pods"] else "",
+        )
+    return text
