@@ -4,11 +4,14 @@
 
 The decision itself is taken by the strategy (plugins/strategy/upgrade_window.py) in the
 controller's main process, before this task is queued; it hands the host its record in the
-variable ``gpuops_upgrade_slot``. This action only checks that it did and returns the record.
+variable ``gpuops_upgrade_slot``. This action checks that it did and returns the record; a
+release returns ``release: {ok, halt}``, which the strategy reads from the result to give the
+slot back.
 """
 
 from __future__ import annotations
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 SLOT_FACT = "gpuops_upgrade_slot"
@@ -29,7 +32,7 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg="state is %r: set acquired or released" % (state,))
             return result
         record = task_vars.get(SLOT_FACT)
-        if not isinstance(record, dict) or record.get("state") != state:
+        if not isinstance(record, dict) or record.get("state") not in STATES:
             result.update(
                 failed=True,
                 msg="no slot decision for this host: gpuops.cluster.upgrade_slot runs only in a play with "
@@ -38,5 +41,18 @@ class ActionModule(ActionBase):
             return result
         result.update(changed=False, slot=dict(record))
         if state == "acquired":
+            if record.get("state") != "acquired":
+                result.update(failed=True, msg="this host's slot was released already; acquire it once per run")
+                return result
             result["admitted"] = bool(record.get("admitted"))
+            return result
+        if record.get("state") != "acquired" or not record.get("admitted"):
+            result.update(failed=True, msg="this host holds no slot to release (%s)" % record.get("reason", "none"))
+            return result
+        # The strategy gives the slot back when it sees this result.
+        halt = self._task.args.get("halt")
+        result["release"] = {
+            "ok": boolean(self._task.args.get("ok", False)),
+            "halt": None if halt is None else boolean(halt),
+        }
         return result

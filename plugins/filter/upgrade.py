@@ -3,32 +3,34 @@
 """Filters of the rolling upgrade (playbooks/rolling_upgrade.yml).
 
 Documentation for each filter lives in the sidecar YAML next to this file
-(upgrade_waves.yml, upgrade_decision.yml, upgrade_stack_fact.yml, upgrade_report.yml,
+(upgrade_window.yml, upgrade_decision.yml, upgrade_stack_fact.yml, upgrade_report.yml,
 upgrade_drain_record.yml).
 """
 
 from __future__ import annotations
 
+import time
+
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgrade_record, wave_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import fleet_nodes, upgrade_record, window_plan
 
 PREFIX = "gpuops.cluster."
 
 
-def upgrade_waves(hosts, canary=None, waves=None, max_unavailable="100%", skip=None):
-    """The wave plan, with ``lines`` describing it for the operator."""
+def upgrade_window(hosts, settings=None, slurm=None, canary=None, now=None):
+    """The window's nodes and its preview for the plan-only run, with ``lines`` describing it for the operator."""
     try:
-        result = wave_plan.plan(
-            list(hosts),
-            canary_hosts=list(canary or []),
-            waves=list(waves) if waves is not None else [1, "10%", "25%", "100%"],
-            max_unavailable=max_unavailable,
-            skip=list(skip or []),
-        )
+        nodes = fleet_nodes.window_nodes(list(hosts), slurm, canary or ())
+        preview = window_plan.plan(nodes, settings or {}, time.time() if now is None else now)
     except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError("%supgrade_waves: %s" % (PREFIX, exc)) from exc
-    result["lines"] = wave_plan.describe(result)
-    return result
+        raise AnsibleFilterError("%supgrade_window: %s" % (PREFIX, exc)) from exc
+    preview["lines"] = window_plan.describe(preview)
+    preview["nodes"] = nodes
+    by_scheduler = {host.get("scheduler_name") or host.get("host"): host.get("host") for host in hosts}
+    preview["unavailable_reasons"] = {
+        by_scheduler.get(name, name): why for name, why in fleet_nodes.unavailable_reasons(slurm).items()
+    }
+    return preview
 
 
 def upgrade_decision(stack_facts, health=None, fact=None):
@@ -50,10 +52,12 @@ def upgrade_stack_fact(fact, target, step, run_id, now, result=None, fallback_pr
     raise AnsibleFilterError("%supgrade_stack_fact: step must be begin or finish, got %r" % (PREFIX, step))
 
 
-def upgrade_report(records, run_id, plan, started_at, finished_at, settings=None):
+def upgrade_report(records, run_id, plan, started_at, finished_at, settings=None, window=None, slots=None):
     """The audit report of a run, with ``summary`` (the human lines)."""
     try:
-        audit = upgrade_record.report(run_id, plan or {}, list(records or []), started_at, finished_at, settings)
+        audit = upgrade_record.report(
+            run_id, plan or {}, list(records or []), started_at, finished_at, settings, window, slots
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError("%supgrade_report: %s" % (PREFIX, exc)) from exc
     audit["summary"] = upgrade_record.summary_lines(audit)
@@ -73,7 +77,7 @@ class FilterModule:
 
     def filters(self):
         return {
-            "upgrade_waves": upgrade_waves,
+            "upgrade_window": upgrade_window,
             "upgrade_decision": upgrade_decision,
             "upgrade_stack_fact": upgrade_stack_fact,
             "upgrade_report": upgrade_report,

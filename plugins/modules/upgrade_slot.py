@@ -11,7 +11,7 @@ short_description: Take and give back a rolling upgrade's slot in the sliding wi
 version_added: 0.2.0
 description:
   - Marks where a node of a rolling upgrade leaves service (O(state=acquired)) and where it is back or left out
-    (O(state=released)). The play must run with C(strategy: gpuops.cluster.upgrade_window); the strategy holds each
+    (O(state=released)). The play must run with the strategy C(gpuops.cluster.upgrade_window); the strategy holds each
     host at its O(state=acquired) task until the window admits it, and frees the slot when the host reaches its
     O(state=released) task. Without that strategy the task fails and says so.
   - The task itself changes nothing anywhere; it returns the strategy's record of the host's slot.
@@ -27,7 +27,7 @@ options:
   nodes:
     description:
       - With O(state=acquired), the whole fleet for the window, each a mapping C(name), C(domains) (such as
-        C({rack: r01})), C(partitions), C(gpus), C(state) (V(idle), V(busy), V(drained_by_others), V(down)),
+        C(rack=r01)), C(partitions), C(gpus), C(state) (V(idle), V(busy), V(drained_by_others), V(down)),
         C(job_end) (epoch seconds or null), C(canary), C(done). Read once, from the first host that reaches the task.
     type: list
     elements: dict

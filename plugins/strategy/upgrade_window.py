@@ -9,13 +9,13 @@ short_description: Run a rolling upgrade as a sliding window, each node starting
 version_added: 0.2.0
 description:
   - The strategy of the rolling upgrade's window play. It runs hosts like the C(free) strategy, each at its own
-    pace, and holds every host at its C(gpuops.cluster.upgrade_slot) task (O(state=acquired)) until the window
-    (P(gpuops.cluster.upgrade_window#strategy)'s planner, C(module_utils/upgrade/window_plan.py)) admits it: at most
+    pace, and holds every host at its C(gpuops.cluster.upgrade_slot) task (C(state=acquired)) until the window
+    (the planner C(module_utils/upgrade/window_plan.py)) admits it, within these rules; at most
     C(max_unavailable) nodes out of service, at most C(per_domain) per rack or NVLink domain, every Slurm partition
     above its floor, the canary first and alone, nothing new after the first failure.
-  - A host's slot comes back the moment its C(gpuops.cluster.upgrade_slot) task with O(state=released) is reached,
-    and the next admitted host starts at once: no host waits for an unrelated one, as Ansible's C(serial) batches
-    make it wait for the slowest of its batch.
+  - A host's slot comes back the moment its C(gpuops.cluster.upgrade_slot) task with C(state=released) has run (a
+    skipped one gives nothing back), and the next admitted host starts at once; no host waits for an unrelated one,
+    as Ansible's C(serial) batches make it wait for the slowest of its batch.
   - A host waiting for its slot holds no fork, so the window is bounded by the window's settings, not by C(forks)
     (keep C(forks) at least the window's size).
   - A host that leaves the play while holding a slot (unreachable, or failed outside a C(rescue)) counts as a
@@ -35,6 +35,14 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import wind
 SLOT_ACTIONS = frozenset({"gpuops.cluster.upgrade_slot", "upgrade_slot"})
 # The host variable the strategy hands each host's slot record to the upgrade_slot action in.
 SLOT_FACT = "gpuops_upgrade_slot"
+
+
+def result_data(result) -> dict:
+    """What a task returned (its own keys, ``skipped``), from ansible-core's result object."""
+    utr = getattr(result, "utr", None)
+    if utr is not None:
+        return dict(utr.result_data or {}, skipped=bool(utr.skipped), failed=bool(utr.failed))
+    return dict(getattr(result, "_result", None) or {})
 
 
 def slot_state(task) -> str | None:
@@ -68,10 +76,7 @@ class StrategyModule(FreeStrategyModule):
                 visible.append(host)
                 continue
             _state, task = iterator.get_next_task_for_host(host, peek=True)
-            step = slot_state(task)
-            if step == "released":
-                self._release(iterator, host, task)
-            elif step == "acquired":
+            if slot_state(task) == "acquired":
                 waiting.append((host, task))
                 continue
             elif host.name in self._holding and (task is None or iterator.is_failed(host)):
@@ -154,14 +159,21 @@ class StrategyModule(FreeStrategyModule):
         self._records[name] = record
         return record
 
-    def _release(self, iterator, host, task):
+    # Results hook: a slot comes back when its release task has run (a skipped one does not count).
+
+    def _process_pending_results(self, iterator, one_pass=False, max_passes=None):
+        results = super()._process_pending_results(iterator, one_pass=one_pass, max_passes=max_passes)
+        for result in results:
+            if slot_state(result.task) != "released" or result.host.name not in self._holding:
+                continue
+            data = result_data(result)
+            release = data.get("release")
+            if isinstance(release, dict) and not data.get("skipped"):
+                self._release(result.host, bool(release.get("ok")), release.get("halt"))
+        return results
+
+    def _release(self, host, ok: bool, halt):
         name = host.name
-        if name not in self._holding:
-            self._hand(host, {"state": "released", "admitted": False, "reason": "held no slot"})
-            return
-        args = self._template_args(iterator, host, task)
-        ok = bool(args.get("ok", False))
-        halt = args.get("halt")
         self._finish(name, ok, None if halt is None else bool(halt))
         record = dict(self._records.get(name, {}))
         record.update({"state": "released", "released_at": time.time(), "ok": ok, "halted": self._window.halted})

@@ -1,22 +1,22 @@
-"""Figures of the rolling upgrade on the lab (a plain script, not a test).
+"""Figures of the rolling upgrade on the lab: the sliding window against waves (a plain script, not a test).
 
     .venv/bin/python tests/benchmarks/bench_rolling_upgrade.py        # needs podman (make lab's setup)
     make bench BENCH_LAB=1                                             # the same, with the other benchmarks
 
 Brings up the molecule scenario rolling_upgrade (real Slurm controller, four lab
-GPU nodes, one canary) unless its nodes already run, then times four full
-rollouts of the four nodes between 550.127.05 and 550.127.08 through
-rolling_upgrade.yml, two with wide waves (canary, then the other three at once,
-max_unavailable 3) and two with waves of one node:
+GPU nodes, one canary) unless its nodes already run, moves them to 550.127.05,
+then times two rollouts to 550.127.08 and two back, through rolling_upgrade.yml
+with two nodes out of service at most: waves (``gpuops_upgrade_barrier: true``,
+what ``serial: 2`` does) and the sliding window, in turn. Before each rollout
+every node but the canary runs a real Slurm job with the same time limit, so
+the window's order is the same in both modes; the job on ru-gpu2 runs
+SLOW_JOB_S seconds longer than the others. Waves wait for it; the window
+upgrades ru-gpu4 meanwhile.
 
-    old -> new  wide      new -> old  one by one
-    old -> new  one by one new -> old  wide
-
-and prints each run's wall time, the module calls per node (task results of the
-upgrade play that ran a module, on the node or delegated to the Slurm controller;
-a loop counts once) and the per-node phase durations from the run's audit report.
-When it brought the nodes up itself it destroys them; otherwise it leaves them on
-550.127.05.
+Prints each run's makespan (first admission to last release, from the audit
+report's window timeline), wall time, the rule check (violations), the module
+calls per node and the per-node phase durations. When it brought the nodes up
+itself it destroys them; otherwise it leaves them on 550.127.05.
 """
 
 from __future__ import annotations
@@ -42,9 +42,14 @@ SCENARIO = ROOT / "extensions" / "molecule" / "rolling_upgrade" / "molecule.yml"
 MOLECULE = ROOT / ".venv" / "bin" / "molecule"
 OLD = {"driver": "550.127.05", "cuda": "12.4", "nccl": "2.21.5"}
 NEW = {"driver": "550.127.08", "cuda": "12.4", "nccl": "2.21.5"}
-WIDE = {"gpuops_upgrade_waves": ["100%"], "gpuops_upgrade_max_unavailable": 3}
-ONE_BY_ONE = {"gpuops_upgrade_waves": [1], "gpuops_upgrade_max_unavailable": 1}
-PLAY = "Upgrade wave by wave"
+WAVES = {"gpuops_upgrade_max_unavailable": 2, "gpuops_upgrade_barrier": True}
+WINDOW = {"gpuops_upgrade_max_unavailable": 2, "gpuops_upgrade_barrier": False}
+PLAY = "Upgrade in a sliding window"
+CONTROLLER = "ru-ctl"
+SLOW_NODE = "ru-gpu2"
+JOB_NODES = ("ru-gpu2", "ru-gpu3", "ru-gpu4")
+SHORT_JOB_S = 5
+SLOW_JOB_S = 60
 
 
 def inventory(directory: Path) -> Path:
@@ -55,6 +60,10 @@ def inventory(directory: Path) -> Path:
         for group in platform.get("groups", []):
             groups.setdefault(group, {"hosts": {}})["hosts"][platform["name"]] = {}
     group_vars = scenario["provisioner"]["inventory"]["group_vars"]
+    host_vars = scenario["provisioner"]["inventory"].get("host_vars") or {}
+    for group in groups.values():
+        for host in group["hosts"]:
+            group["hosts"][host] = host_vars.get(host, {})
     for group, variables in group_vars.items():
         if group != "all":
             groups.setdefault(group, {"hosts": {}})["vars"] = variables
@@ -88,13 +97,36 @@ def molecule(*argv: str) -> None:
     subprocess.run([str(MOLECULE), *argv, "-s", "rolling_upgrade"], cwd=ROOT, env=env, check=True)
 
 
-def rollout(inv: Path, work: Path, name: str, stack: dict, waves: dict) -> dict:
+def submit_jobs() -> None:
+    """A job on every node but the canary, all with a 10 min limit; the slow node's runs SLOW_JOB_S longer."""
+    for node in JOB_NODES:
+        seconds = SHORT_JOB_S + (SLOW_JOB_S if node == SLOW_NODE else 0)
+        argv = ["sbatch", "--parsable", f"--nodelist={node}", "--time=10", "--wrap", f"sleep {seconds}"]
+        subprocess.run(["podman", "exec", CONTROLLER, *argv], capture_output=True, text=True, check=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        out = subprocess.run(
+            ["podman", "exec", CONTROLLER, "squeue", "-h", "-t", "RUNNING", "-o", "%N"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        if set(JOB_NODES) <= set(out):
+            return
+        time.sleep(1)
+    raise SystemExit("the benchmark's Slurm jobs did not start")
+
+
+def rollout(inv: Path, work: Path, name: str, stack: dict, mode: dict) -> dict:
+    submit_jobs()
     report = work / f"{name}.json"
     extravars = {
         "gpuops_stack": stack,
         "gpuops_upgrade_report_path": str(report),
         "gpuops_upgrade_run_id": f"bench-{name}-{datetime.datetime.now(datetime.timezone.utc):%H%M%S}",
-        **waves,
+        "gpuops_upgrade_drain": "slurm",
+        "gpuops_upgrade_drain_timeout": 600,
+        **mode,
     }
     start = time.monotonic()
     run = run_playbook("rolling_upgrade.yml", inv, work / name, extravars=extravars)
@@ -110,7 +142,13 @@ def rollout(inv: Path, work: Path, name: str, stack: dict, waves: dict) -> dict:
         phase: statistics.median(node["durations"][phase] for node in upgraded)
         for phase in ("drain", "upgrade", "gate", "total")
     }
-    return {"wall_s": wall, "waves": len(audit["plan"]["waves"]), "calls": calls, "phases": phases}
+    return {
+        "wall_s": wall,
+        "makespan_s": audit["window"]["makespan"],
+        "violations": len(audit["window"]["violations"]),
+        "calls": calls,
+        "phases": phases,
+    }
 
 
 def main() -> int:
@@ -130,28 +168,31 @@ def main() -> int:
                 "rolling_upgrade.yml",
                 inv,
                 work / "reset",
-                extravars={"gpuops_stack": OLD, **WIDE, "gpuops_upgrade_report_path": str(work / "reset.json")},
+                extravars={"gpuops_stack": OLD, **WINDOW, "gpuops_upgrade_report_path": str(work / "reset.json")},
             )
             runs = [
-                ("old-to-new-wide", NEW, WIDE),
-                ("new-to-old-one-by-one", OLD, ONE_BY_ONE),
-                ("old-to-new-one-by-one", NEW, ONE_BY_ONE),
-                ("new-to-old-wide", OLD, WIDE),
+                ("old-to-new-waves", NEW, WAVES),
+                ("new-to-old-window", OLD, WINDOW),
+                ("old-to-new-window", NEW, WINDOW),
+                ("new-to-old-waves", OLD, WAVES),
             ]
             columns = (("drain", 6), ("upgrade", 7), ("gate", 5), ("total", 5))
-            header = f"{'run':24} {'waves':>5} {'wall s':>7} {'calls/node':>10}"
+            header = f"{'run':20} {'makespan s':>10} {'wall s':>7} {'violations':>10} {'calls/node':>10}"
             print(header + "".join(f" {p:>{w}}" for p, w in columns))
             figures = {}
-            for name, stack, waves in runs:
-                fig = figures[name] = rollout(inv, work, name, stack, waves)
+            for name, stack, mode in runs:
+                fig = figures[name] = rollout(inv, work, name, stack, mode)
                 calls = sorted(set(fig["calls"].values()))
                 print(
-                    f"{name:24} {fig['waves']:>5} {fig['wall_s']:>7.1f} {'/'.join(map(str, calls)):>10}"
-                    + "".join(f" {fig['phases'][p]:>{w}.1f}" for p, w in columns)
+                    f"{name:20} {fig['makespan_s']:>10.1f} {fig['wall_s']:>7.1f} {fig['violations']:>10} "
+                    f"{'/'.join(map(str, calls)):>10}" + "".join(f" {fig['phases'][p]:>{w}.1f}" for p, w in columns)
                 )
-            wide = statistics.mean(figures[n]["wall_s"] for n in figures if n.endswith("-wide"))
-            one = statistics.mean(figures[n]["wall_s"] for n in figures if n.endswith("-one-by-one"))
-            print(f"mean wall: wide {wide:.1f} s, one by one {one:.1f} s ({one / wide:.2f}x); per-node medians in s")
+            waves = statistics.mean(figures[n]["makespan_s"] for n in figures if n.endswith("-waves"))
+            window = statistics.mean(figures[n]["makespan_s"] for n in figures if n.endswith("-window"))
+            print(
+                f"mean makespan: waves {waves:.1f} s, window {window:.1f} s ({waves / window:.2f}x); "
+                f"one job {SLOW_JOB_S} s longer on {SLOW_NODE}; per-node medians in s"
+            )
     finally:
         if brought_up:
             molecule("destroy")

@@ -2,7 +2,8 @@
 
 The inventory's nodes are this machine (local connection) without nvidia-smi, so the
 survey finds every node unhealthy: the plan must leave them all out, no node may be
-changed, and the report must say why. The waves themselves need the lab
+changed, and the report must say why. The window itself is proven on stand-in
+nodes in test_upgrade_window.py; the upgrade needs the lab
 (extensions/molecule/rolling_upgrade, see the report of issue 6).
 """
 
@@ -26,14 +27,14 @@ def test_unhealthy_nodes_are_reported_and_left_out(tmp_path, monkeypatch):
     assert run.plays_started[:4] == [
         "Validate the controller, the inventory and the requested stack",
         "Survey the fleet before the rolling upgrade",
-        "Plan the waves",
-        "Upgrade wave by wave",
+        "Plan the window",
+        "Upgrade in a sliding window",
     ]
     # no task of the upgrade play ran on any node, and nothing changed on the nodes
-    assert run.results_for(play="Upgrade wave by wave") == []
+    assert run.results_for(play="Upgrade in a sliding window") == []
     assert [r.host for r in run.changed] == ["localhost"]
-    plan = run.results_for(play="Plan the waves", task="Print the plan before any node moves")[0].result["msg"]
-    assert "nothing to upgrade" in plan
+    plan = run.results_for(play="Plan the window", task="Print the plan before any node moves")[0].result["msg"]
+    assert "order: nothing to upgrade" in plan
     reports = list(report_dir.glob("gpuops-upgrade-*.json"))
     assert len(reports) == 1
     audit = json.loads(reports[0].read_text())
@@ -42,7 +43,8 @@ def test_unhealthy_nodes_are_reported_and_left_out(tmp_path, monkeypatch):
     assert audit["counts"] == {"excluded": 2}
     assert {node["host"] for node in audit["nodes"]} == {"gpu-h100", "gpu-l40s"}
     assert all("nvidia-smi not found" in node["reason"] for node in audit["nodes"])
-    assert audit["plan"]["waves"] == []
+    assert audit["plan"]["order"] == []
+    assert audit["window"] == {"timeline": [], "violations": [], "makespan": None}
 
 
 def test_a_typo_in_a_setting_stops_the_run_before_any_node_is_read(tmp_path):
@@ -50,6 +52,7 @@ def test_a_typo_in_a_setting_stops_the_run_before_any_node_is_read(tmp_path):
         "gpuops_upgrade_drain": "slrum",
         "gpuops_upgrade_on_failure": "rolback",
         "gpuops_upgrade_waves": [1, "0%"],
+        "gpuops_upgrade_per_domain": {"rack": 0},
         "gpuops_upgrade_report_path": str(tmp_path / "report.json"),
     }
     run = run_playbook(
@@ -63,6 +66,28 @@ def test_a_typo_in_a_setting_stops_the_run_before_any_node_is_read(tmp_path):
     assert "validation failed on 2 of 2 host(s); nothing was changed" in message
     assert "gpuops_upgrade_drain is 'slrum'; set one of: none, slurm, kubernetes" in message
     assert "gpuops_upgrade_on_failure is 'rolback'; set one of: halt, rollback" in message
-    assert "gpuops_upgrade_waves: wave size '0%' must be a percentage above 0% and at most 100%" in message
+    assert "gpuops_upgrade_per_domain: per_domain.rack is 0: set a positive integer" in message
+    # the waves of earlier releases are gone: the variable is reported as unknown, not ignored
+    assert "gpuops_upgrade_waves" in message
     assert not (tmp_path / "report.json").exists()
     assert run.changed == []
+
+
+def test_plan_only_prints_the_window_and_moves_nothing(tmp_path, monkeypatch):
+    report_dir = tmp_path / "cwd"
+    report_dir.mkdir()
+    monkeypatch.setenv("PWD", str(report_dir))
+    run = run_playbook(
+        "rolling_upgrade.yml",
+        "tests/integration/inventories/valid/hosts.yml",
+        tmp_path / "runner",
+        extravars={"gpuops_upgrade_plan_only": True, "gpuops_upgrade_per_domain": {"rack": 1}},
+    )
+    assert run.rc == 0, run.stdout[-3000:]
+    plan = run.results_for(play="Plan the window", task="Print the plan before any node moves")[0].result["msg"]
+    assert plan[0].endswith("plan only: nothing moves")
+    assert "at most 1 per rack" in plan[1]
+    assert run.results_for(play="Upgrade in a sliding window") == []
+    assert run.results_for(play="Report the rolling upgrade", task="Write the audit report on the controller") == []
+    assert list(report_dir.iterdir()) == []
+    assert [r.host for r in run.changed] == []

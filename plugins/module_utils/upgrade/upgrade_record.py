@@ -18,7 +18,7 @@ No I/O here: the playbook reads and writes the file, these functions compute its
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import kubernetes_node
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import kubernetes_node, window_plan
 
 SCHEMA = 1
 HISTORY_LENGTH = 10
@@ -30,7 +30,9 @@ NODE_STATUSES = (
     "failed",  # a gate or a step failed: left drained
     "rolled_back",  # failed, then back on the previous stack, gated and back in service
     "rollback_failed",  # failed, and the rollback failed too: left drained
-    "not_reached",  # planned, but the run halted before its wave
+    "not_reached",  # planned, but the run halted before the window admitted it
+    "unavailable",  # drained or down by someone else: not touched, counted as out of service
+    "blocked",  # a rule of the window (per domain, partition floor) kept it out even with nothing in flight
 )
 FAILED_STATUSES = frozenset({"failed", "rolled_back", "rollback_failed"})
 
@@ -214,22 +216,51 @@ def node_entry(record: dict) -> dict:
     return entry
 
 
-def report(run_id: str, plan: dict, records: list, started_at: str, finished_at: str, settings=None) -> dict:
-    """The audit report of a run: plan, per node before/after, timings, gate verdicts, what halted."""
-    by_host = {record["host"]: record for record in records}
+def window_timeline(nodes: list) -> list:
+    """``(host, admitted_at, released_at)`` of every node that held a slot (released at its finish when unknown)."""
+    timeline = []
+    for node in nodes:
+        slot = node.get("slot") or {}
+        start = slot.get("admitted_at")
+        if start is None:
+            continue
+        end = slot.get("released_at") or (node.get("timings") or {}).get("finished") or start
+        timeline.append((node["host"], float(start), float(end)))
+    return timeline
+
+
+def report(
+    run_id: str, plan: dict, records: list, started_at: str, finished_at: str, settings=None, window=None, slots=None
+) -> dict:
+    """The audit report of a run: plan, per node before/after, timings, gate verdicts, what halted.
+
+    ``plan`` is the window's preview (``window_plan.plan``); ``window`` the window's nodes and
+    settings (``{nodes, settings}``), to check the run's timeline against every rule; ``slots``
+    the strategy's record of each host's slot (``{host: {admitted_at, released_at, ...}}``).
+    """
+    slots = slots or {}
+    by_host = {}
+    for record in records:
+        slot = slots.get(record["host"])
+        by_host[record["host"]] = dict(record, slot=slot) if slot else record
+    canaries = set(plan.get("canary", []))
     nodes = []
-    for wave in plan.get("waves", []):
-        for host in wave["hosts"]:
-            record = by_host.pop(host, None) or {"host": host, "status": "not_reached"}
-            nodes.append(node_entry(dict(record, wave=wave["name"], canary=wave["canary"])))
-    for host in sorted(by_host):  # skipped and excluded nodes, outside the waves
-        nodes.append(node_entry(dict(by_host[host], wave=None, canary=False)))
+    for host in plan.get("order", []):
+        record = by_host.pop(host, None) or {"host": host, "status": "not_reached"}
+        nodes.append(node_entry(dict(record, canary=host in canaries)))
+    reasons = plan.get("unavailable_reasons") or {}
+    for host in plan.get("unavailable", []):
+        if host not in by_host:
+            by_host[host] = {"host": host, "status": "unavailable", "reason": reasons.get(host, "out of service")}
+    for host in sorted(by_host):  # skipped, excluded and unavailable nodes, outside the window
+        nodes.append(node_entry(dict(by_host[host], canary=False)))
     halted = [node for node in nodes if node.get("status") in FAILED_STATUSES or node.get("halt")]
-    # not upgraded although the run went on: left out unhealthy, or jobs outlasted the drain (continue)
+    # not upgraded although the run went on: left out unhealthy, jobs outlasted the drain (continue),
+    # kept out by a rule of the window, or out of service by someone else
     not_upgraded = [
         {"host": node["host"], "status": node["status"], "reason": node.get("reason")}
         for node in nodes
-        if node.get("status") in ("excluded", "drain_timeout") and not node.get("halt")
+        if node.get("status") in ("excluded", "drain_timeout", "blocked", "unavailable") and not node.get("halt")
     ]
     counts: dict[str, int] = {}
     for node in nodes:
@@ -238,10 +269,16 @@ def report(run_id: str, plan: dict, records: list, started_at: str, finished_at:
         result = "halted"
     elif not_upgraded:
         result = "partial"
-    elif not plan.get("waves"):
+    elif not plan.get("order"):
         result = "nothing_to_do"
     else:
         result = "completed"
+    timeline = window_timeline(nodes)
+    window_report = {"timeline": [list(entry) for entry in timeline], "violations": [], "makespan": None}
+    if timeline:
+        window_report["makespan"] = round(max(end for _h, _s, end in timeline) - min(s for _h, s, _e in timeline), 3)
+    if window and timeline:
+        window_report["violations"] = window_plan.check(timeline, window.get("nodes") or [], window.get("settings"))
     return {
         "run_id": run_id,
         "started_at": started_at,
@@ -254,7 +291,8 @@ def report(run_id: str, plan: dict, records: list, started_at: str, finished_at:
         ),
         "not_upgraded": not_upgraded,
         "settings": settings or {},
-        "plan": plan,
+        "plan": {key: value for key, value in plan.items() if key not in ("nodes", "lines")},
+        "window": window_report,
         "counts": counts,
         "nodes": nodes,
     }
@@ -271,7 +309,7 @@ def summary_lines(audit: dict) -> list[str]:
         lines.append(
             "%-9s %-16s %-18s %s -> %s%s%s"
             % (
-                node.get("wave") or "-",
+                "canary" if node.get("canary") else "-",
                 node["host"],
                 node.get("status", "unknown"),
                 before,

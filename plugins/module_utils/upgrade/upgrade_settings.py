@@ -10,22 +10,33 @@ as a sentence that names the variable and what to set.
 The type, choices and range of each setting are checked with every other
 variable (``variable_values``, from the registry playbooks/vars/gpuops_variables.yml);
 what is checked here needs more than one value: the Slurm controller against the
-inventory, the wave sizes, the canary group against the run, and run settings
-set for some hosts only.
+inventory, the window's settings together, the canary group against the run, and
+run settings set for some hosts only.
 
 Settings come in two kinds. Node settings (drain adapter, timeouts, gates, failure
-policy) are read on each node and may differ between nodes. Run settings (the wave
-plan, the canary group, the run id, the report path) are read once, on the
+policy, failure domains) are read on each node and may differ between nodes. Run
+settings (the window, the canary group, the run id, the report path) are read once, on the
 controller (``localhost``): a value set for some nodes only (``group_vars/gpu_nodes``,
 ``host_vars``) would be ignored, so it is reported.
 """
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import wave_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import wave_plan, window_plan
 
 DEFAULT_CANARY_GROUP = "canary"
-RUN_SETTINGS = ("waves", "max_unavailable", "canary_group", "run_id", "report_path")
+RUN_SETTINGS = (
+    "max_unavailable",
+    "per_domain",
+    "partition_floor",
+    "barrier",
+    "plan_only",
+    "canary_group",
+    "run_id",
+    "report_path",
+)
+# Window settings and the gpuops_upgrade_* variable that sets each.
+WINDOW_SETTINGS = {"per_domain": "per_domain", "partition_floor": "partition_floor"}
 
 
 def _var(name: str) -> str:
@@ -58,18 +69,23 @@ def problems(
                 "gpuops_upgrade_slurm_controller %r is not an inventory host; add it to the inventory "
                 "or name the host that runs scontrol" % controller
             )
-    waves = settings.get("waves")
-    if "waves" in settings:
-        if not isinstance(waves, (list, tuple)) or not waves:
-            found.append(
-                "gpuops_upgrade_waves is %r; set a list of counts or percentages, e.g. [1, '10%%', '100%%']" % (waves,)
-            )
-        else:
-            for entry in waves:
-                try:
-                    wave_plan.size_of(entry, 100, "gpuops_upgrade_waves: wave")
-                except ValueError as exc:
-                    found.append(str(exc))
+    for name, key in WINDOW_SETTINGS.items():
+        if name in settings:
+            try:
+                window_plan.Settings({key: settings[name]})
+            except ValueError as exc:
+                found.append("gpuops_upgrade_%s: %s" % (name, exc))
+    domains = settings.get("domains")
+    if domains is not None and (
+        not isinstance(domains, dict)
+        or not all(
+            isinstance(kind, str) and isinstance(member, str) and kind and member for kind, member in domains.items()
+        )
+    ):
+        found.append(
+            "gpuops_upgrade_domains is %r; map each kind of failure domain to this host's member, "
+            "such as {rack: r07, nvlink: nvl72-3}" % (domains,)
+        )
     if "max_unavailable" in settings:
         try:
             wave_plan.size_of(settings["max_unavailable"], 100, "gpuops_upgrade_max_unavailable:")

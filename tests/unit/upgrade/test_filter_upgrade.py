@@ -9,7 +9,7 @@ from ansible_collections.gpuops.cluster.plugins.filter import upgrade
 
 def test_filters_are_registered():
     assert set(upgrade.FilterModule().filters()) == {
-        "upgrade_waves",
+        "upgrade_window",
         "upgrade_decision",
         "upgrade_stack_fact",
         "upgrade_report",
@@ -17,15 +17,43 @@ def test_filters_are_registered():
     }
 
 
-def test_upgrade_waves_defaults_and_lines():
-    result = upgrade.upgrade_waves(["a", "b", "c", "d"], max_unavailable=2)
-    assert [w["hosts"] for w in result["waves"]] == [["a"], ["b"], ["c"], ["d"]]
-    assert result["lines"][1] == "canary: a"
+HOSTS = [
+    {"host": "a", "done": False, "domains": {"rack": "r1"}},
+    {"host": "b", "done": False, "domains": {"rack": "r1"}},
+    {"host": "c", "done": False, "domains": {"rack": "r2"}},
+    {"host": "d", "done": True, "domains": {"rack": "r2"}},
+]
 
 
-def test_upgrade_waves_error_names_the_filter():
-    with pytest.raises(AnsibleFilterError, match=r"gpuops.cluster.upgrade_waves: wave size 'x'"):
-        upgrade.upgrade_waves(["a"], waves=["x"])
+def test_upgrade_window_previews_the_window_with_lines():
+    result = upgrade.upgrade_window(HOSTS, {"max_unavailable": 2, "per_domain": {"rack": 1}}, canary=["b"], now=0)
+    assert result["canary"] == ["b"]
+    assert result["first_window"] == ["b"]
+    assert result["after_canary"] == ["a", "c"]  # one per rack
+    assert result["skipped"] == ["d"]
+    assert [node["name"] for node in result["nodes"]] == ["a", "b", "c", "d"]
+    assert result["lines"][1] == "canary, alone first: b"
+
+
+def test_upgrade_window_takes_the_slurm_state():
+    slurm = [
+        {"name": "a", "state": "busy", "job_end": 500, "partitions": ["p"], "gpus": 8},
+        {"name": "b", "state": "idle", "job_end": None, "partitions": ["p"], "gpus": 8},
+        {"name": "c", "state": "drained_by_others", "job_end": None, "partitions": ["p"], "gpus": 8},
+        {"name": "d", "state": "idle", "job_end": None, "partitions": ["p"], "gpus": 8},
+    ]
+    result = upgrade.upgrade_window(HOSTS, {"max_unavailable": 3}, slurm=slurm, now=0)
+    assert result["unavailable"] == ["c"]
+    assert result["order"] == ["b", "a"]  # idle first, then by job end; c is drained by someone else
+
+
+def test_upgrade_window_errors_name_the_filter():
+    with pytest.raises(AnsibleFilterError, match=r"gpuops.cluster.upgrade_window: unknown window setting\(s\) waves"):
+        upgrade.upgrade_window(HOSTS, {"waves": [1]})
+    with pytest.raises(AnsibleFilterError, match=r"Slurm returned no state for node b"):
+        upgrade.upgrade_window(HOSTS, {}, slurm=[{"name": "a", "state": "idle"}])
+    with pytest.raises(AnsibleFilterError, match=r"gpuops_upgrade_domains of a must map"):
+        upgrade.upgrade_window([{"host": "a", "domains": "r1"}])
 
 
 def test_upgrade_decision_and_its_input_check():
@@ -48,7 +76,7 @@ def test_upgrade_stack_fact_steps():
 
 
 def test_upgrade_report_adds_the_summary():
-    plan = upgrade.upgrade_waves(["a"])
+    plan = upgrade.upgrade_window([{"host": "a"}])
     audit = upgrade.upgrade_report([{"host": "a", "status": "upgraded"}], "r1", plan, "t0", "t1")
     assert audit["summary"][0] == "run r1: completed (upgraded 1)"
     with pytest.raises(AnsibleFilterError, match="upgrade_report"):

@@ -146,12 +146,7 @@ def test_exclude_names_the_failed_checks():
     assert "no verdict" in upgrade_record.decide(drift(), {})["reason"]
 
 
-PLAN = {
-    "waves": [
-        {"index": 0, "name": "canary", "canary": True, "hosts": ["a"]},
-        {"index": 1, "name": "wave 1", "canary": False, "hosts": ["b", "c"]},
-    ]
-}
+PLAN = {"order": ["a", "b", "c"], "canary": ["a"], "first_window": ["a"], "after_canary": ["b", "c"]}
 
 
 def test_report_completed():
@@ -182,9 +177,8 @@ def test_report_completed():
     assert audit["halted_by"] is None
     assert [n["host"] for n in audit["nodes"]] == ["a", "b", "c", "d", "e"]
     assert audit["nodes"][0]["durations"] == {"drain": 9.0, "upgrade": 40.0, "gate": 20.0, "total": 71.0}
-    assert audit["nodes"][0]["wave"] == "canary"
     assert audit["nodes"][0]["canary"] is True
-    assert audit["nodes"][3]["wave"] is None
+    assert audit["nodes"][3]["canary"] is False
     assert audit["counts"] == {"upgraded": 3, "skipped": 1, "excluded": 1}
     lines = upgrade_record.summary_lines(audit)
     assert lines[0] == "run r1: partial (excluded 1, skipped 1, upgraded 3)"
@@ -231,7 +225,41 @@ def test_report_halt_on_drain_timeout_and_nothing_to_do():
     audit = upgrade_record.report("r1", PLAN, [{"host": "a", "status": "drain_timeout", "halt": True}], T0, T1)
     assert audit["result"] == "halted"
     assert audit["halted_by"]["status"] == "drain_timeout"
-    assert upgrade_record.report("r2", {"waves": []}, [], T0, T1)["result"] == "nothing_to_do"
+    assert upgrade_record.report("r2", {"order": []}, [], T0, T1)["result"] == "nothing_to_do"
+
+
+def test_report_a_node_blocked_by_the_window_is_partial():
+    records = [{"host": "a", "status": "upgraded"}, {"host": "b", "status": "blocked", "reason": "blocked: floor"}]
+    audit = upgrade_record.report("r1", {"order": ["a", "b"], "canary": ["a"]}, records, T0, T1)
+    assert audit["result"] == "partial"
+    assert audit["not_upgraded"] == [{"host": "b", "status": "blocked", "reason": "blocked: floor"}]
+
+
+WINDOW = {
+    "nodes": [{"name": "a", "domains": {"rack": "r1"}}, {"name": "b", "domains": {"rack": "r1"}}, {"name": "c"}],
+    "settings": {"max_unavailable": 2, "per_domain": {"rack": 1}},
+}
+
+
+def test_report_window_timeline_makespan_and_no_violation():
+    records = [{"host": name, "status": "upgraded"} for name in ("a", "b", "c")]
+    slots = {
+        "a": {"admitted_at": 100.0, "released_at": 110.0},
+        "b": {"admitted_at": 110.0, "released_at": 130.0},
+        "c": {"admitted_at": 110.0, "released_at": 115.0},
+    }
+    audit = upgrade_record.report("r1", PLAN, records, T0, T1, window=WINDOW, slots=slots)
+    assert audit["window"]["timeline"] == [["a", 100.0, 110.0], ["b", 110.0, 130.0], ["c", 110.0, 115.0]]
+    assert audit["window"]["makespan"] == 30.0
+    assert audit["window"]["violations"] == []
+    assert audit["nodes"][1]["slot"] == slots["b"]
+
+
+def test_report_lists_what_broke_a_rule_of_the_window():
+    records = [{"host": name, "status": "upgraded"} for name in ("a", "b")]
+    slots = {"a": {"admitted_at": 100.0, "released_at": 120.0}, "b": {"admitted_at": 110.0, "released_at": 130.0}}
+    audit = upgrade_record.report("r1", PLAN, records, T0, T1, window=WINDOW, slots=slots)
+    assert [violation["rule"] for violation in audit["window"]["violations"]] == ["per_domain"]
 
 
 KUBERNETES = Path(__file__).resolve().parents[2] / "fixtures" / "kubernetes"

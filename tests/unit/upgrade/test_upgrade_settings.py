@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import host_validation, variable_registry, variable_values
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgrade_settings
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.upgrade_settings import canary_problems, problems
 
 SPECS = variable_registry.load_specs()
@@ -25,13 +26,16 @@ DEFAULTS = {
     "drain_timeout": 3600,
     "drain_poll_interval": 10,
     "canary_soak_seconds": 0,
-    "waves": [1, "10%", "25%", "100%"],
-    "max_unavailable": "25%",
+    "max_unavailable": "10%",
+    "per_domain": None,
+    "partition_floor": None,
+    "barrier": False,
+    "plan_only": False,
     "canary_group": "canary",
     "run_id": None,
     "report_path": None,
 }
-RUN = {name: DEFAULTS[name] for name in ("waves", "max_unavailable", "canary_group", "run_id", "report_path")}
+RUN = {name: DEFAULTS[name] for name in upgrade_settings.RUN_SETTINGS}
 
 
 def test_the_defaults_have_no_problem():
@@ -89,19 +93,32 @@ def test_slurm_needs_a_controller_that_is_in_the_inventory():
 
 
 @pytest.mark.parametrize(
-    ("waves", "expected"),
+    ("name", "value", "expected"),
     [
-        ([], "gpuops_upgrade_waves is []; set a list"),
-        ("25%", "gpuops_upgrade_waves is '25%'; set a list"),
-        ([1, "0%"], "gpuops_upgrade_waves: wave size '0%' must be a percentage above 0%"),
-        ([1, "all"], "gpuops_upgrade_waves: wave size 'all' is neither a count"),
-        ([0], "gpuops_upgrade_waves: wave size 0 must be at least 1"),
+        ("per_domain", {"rack": 0}, "gpuops_upgrade_per_domain: per_domain.rack is 0: set a positive integer"),
+        ("per_domain", [1], "gpuops_upgrade_per_domain: per_domain must map a domain kind"),
+        ("partition_floor", 1.5, "gpuops_upgrade_partition_floor: partition_floor is 1.5: set a fraction above 0"),
+        ("partition_floor", 0, "gpuops_upgrade_partition_floor: partition_floor is 0: set a fraction above 0"),
     ],
 )
-def test_bad_waves_are_reported(waves, expected):
-    found = problems(dict(DEFAULTS, waves=waves), dict(RUN, waves=waves))
+def test_bad_window_settings_are_reported(name, value, expected):
+    found = problems(dict(DEFAULTS, **{name: value}), dict(RUN, **{name: value}))
     assert len(found) == 1
     assert found[0].startswith(expected)
+
+
+@pytest.mark.parametrize("domains", ["r07", {"rack": 7}, {"": "r07"}])
+def test_bad_domains_of_a_host_are_reported(domains):
+    found = problems(dict(DEFAULTS, domains=domains), RUN)
+    assert found == [
+        "gpuops_upgrade_domains is %r; map each kind of failure domain to this host's member, "
+        "such as {rack: r07, nvlink: nvl72-3}" % (domains,)
+    ]
+
+
+def test_good_window_settings_and_domains_pass():
+    settings = {"per_domain": {"rack": 1, "nvlink": "2"}, "partition_floor": 0.85}
+    assert problems(dict(DEFAULTS, domains={"rack": "r07"}, **settings), dict(RUN, **settings)) == []
 
 
 def test_bad_max_unavailable_is_reported():
@@ -109,7 +126,9 @@ def test_bad_max_unavailable_is_reported():
     assert found == ["gpuops_upgrade_max_unavailable: size '150%' must be a percentage above 0% and at most 100%"]
 
 
-@pytest.mark.parametrize(("name", "value"), [("waves", [1, "100%"]), ("max_unavailable", 2), ("run_id", "r1")])
+@pytest.mark.parametrize(
+    ("name", "value"), [("per_domain", {"rack": 1}), ("max_unavailable", 2), ("run_id", "r1"), ("barrier", True)]
+)
 def test_a_run_setting_set_for_some_hosts_only_is_reported(name, value):
     found = problems(dict(DEFAULTS, **{name: value}), RUN)
     assert len(found) == 1
@@ -123,12 +142,12 @@ def test_every_problem_is_listed_at_once():
         "gpuops_upgrade_on_failure": "rolback",
         "gpuops_upgrade_drain_timeout": "x",
     }
-    values["gpuops_upgrade_waves"] = [1, "x%"]
+    values["gpuops_upgrade_partition_floor"] = 2.0
     found = host_validation.findings(
         values,
         names=list(values),
         checks=["upgrade"],
-        run_values={"gpuops_upgrade_waves": [1, "x%"]},
+        run_values={"gpuops_upgrade_partition_floor": 2.0},
         groups={"all": ["gpu1"]},
     )
     assert len(found["problems"]) == 4, found
@@ -137,7 +156,7 @@ def test_every_problem_is_listed_at_once():
         "gpuops_upgrade_drain_timeout",
         "gpuops_upgrade_on_failure",
     ]
-    assert "x%" in found["problems"][3]
+    assert found["problems"][3].startswith("gpuops_upgrade_partition_floor: partition_floor is 2.0")
 
 
 GROUPS = {"all": ["gpu1", "gpu2", "gpu3"], "gpu_nodes": ["gpu1", "gpu2", "gpu3"], "canary": ["gpu2"]}

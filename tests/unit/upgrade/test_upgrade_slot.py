@@ -42,17 +42,45 @@ def test_not_admitted_is_not_a_failure():
     assert result["slot"]["reason"] == "the run halted before this node started"
 
 
-def test_released_returns_the_record_without_admitted():
-    record = {"state": "released", "admitted": True, "ok": True, "released_at": 2.0}
-    result = action({"state": "released", "ok": True}).run(task_vars={"gpuops_upgrade_slot": record})
-    assert result["slot"]["released_at"] == 2.0
+@pytest.mark.parametrize(
+    ("args", "release"),
+    [
+        ({"state": "released", "ok": True}, {"ok": True, "halt": None}),
+        ({"state": "released", "ok": "false", "halt": "yes"}, {"ok": False, "halt": True}),
+        ({"state": "released"}, {"ok": False, "halt": None}),
+    ],
+)
+def test_released_asks_the_strategy_to_give_the_slot_back(args, release):
+    result = action(args).run(task_vars={"gpuops_upgrade_slot": RECORD})
+    assert not result.get("failed")
+    assert result["release"] == release
+    assert result["slot"] == RECORD
     assert "admitted" not in result
 
 
 @pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        (dict(RECORD, admitted=False, reason="blocked: floor"), "holds no slot to release (blocked: floor)"),
+        (dict(RECORD, state="released"), "holds no slot to release"),
+    ],
+)
+def test_a_release_without_a_slot_fails(record, message):
+    result = action({"state": "released", "ok": True}).run(task_vars={"gpuops_upgrade_slot": record})
+    assert result["failed"] is True
+    assert message in result["msg"]
+
+
+def test_acquiring_twice_fails():
+    result = action({}).run(task_vars={"gpuops_upgrade_slot": dict(RECORD, state="released")})
+    assert result["failed"] is True
+    assert "released already" in result["msg"]
+
+
+@pytest.mark.parametrize(
     "task_vars",
-    [{}, {"gpuops_upgrade_slot": {"state": "released"}}, {"gpuops_upgrade_slot": "admitted"}],
-    ids=["no record", "record of the other state", "not a record"],
+    [{}, {"gpuops_upgrade_slot": {"state": "taken"}}, {"gpuops_upgrade_slot": "admitted"}],
+    ids=["no record", "record of no state", "not a record"],
 )
 def test_without_the_strategy_the_task_fails_and_names_it(task_vars):
     result = action({}).run(task_vars=task_vars)

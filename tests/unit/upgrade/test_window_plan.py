@@ -654,7 +654,8 @@ def test_property_nothing_admitted_after_the_first_failure(case, data):
         return
     first_failure = min(failures)
     assert window.halted
-    assert all(when < first_failure for when, _names in admissions)
+    # a node back at the very moment of the failure, but handled before it, may still let one start
+    assert all(when <= first_failure for when, _names in admissions)
     assert window.in_flight == []  # nodes in flight at the failure were let finish
     assert set(window.failed) <= fail
     assert window.admit(first_failure + 1000) == []

@@ -3,34 +3,36 @@
 The scenario converged four L40S lab nodes (ru-gpu1 the canary) on driver 550.127.05 with slurmd,
 and a controller ru-ctl. The cases run in file order, each on the state the one before left:
 
-1. healthy rollout to 550.127.08 with a real job on the canary and ru-gpu3 drained by someone else:
-   canary first, no more than max_unavailable nodes out at once, every node on the new packages,
-   resumed, the job completed, the foreign drain and its reason kept;
+1. healthy rollout to 550.127.08 in a window of two, with a real job on the canary and ru-gpu3
+   drained by someone else: the canary first and alone, ru-gpu3 not touched and counted as out of
+   service (so one more node at a time), every other node on the new packages and resumed, the job
+   completed, the foreign drain and its reason kept, the report partial naming ru-gpu3;
 2. unhealthy canary on the way to the R580 branch (580.65.06): a fault injected through the
    simulator's ``gpuops-lab-fault`` right after the canary's packages change (an apt hook keyed to
    the driver version) fails its gate: the run halts, the canary stays drained with a reason naming
    the run, no other node is touched;
-3. abort mid-run, then re-run (to 580.65.06, waves of two): the canary's fault is cleared and the
-   next run finishes its pending upgrade from case 2 first; then a job outlasting the drain timeout
-   on ru-gpu3 halts the run after its wave with ru-gpu3's upgrade pending (ru-gpu2, in the same
-   wave, done; ru-gpu4 not reached);
-   once the job is gone the re-run (one wave of two: the canary is done) finishes ru-gpu3 and
-   ru-gpu4 without touching the canary or ru-gpu2 again.
+3. abort mid-run, then re-run (to 580.65.06, a window of two, one node per rack: ru-gpu1 and
+   ru-gpu2 in rack r1, ru-gpu3 and ru-gpu4 in r2): the canary's fault is cleared and the next run
+   finishes its pending upgrade from case 2 first; ru-gpu2 and ru-gpu4 (idle, one per rack) go
+   together, ru-gpu3 (a job running) last; its job outlasts the drain timeout and halts the run
+   with its upgrade pending; never two nodes of one rack out at once (the report's timeline);
+   once the job is gone the re-run finishes ru-gpu3 without touching the others again.
 
 4. failure in a later wave with ``gpuops_upgrade_on_failure: rollback``: the fleet, now on R580, is
-   moved back to 550.127.08 in waves of one; ru-gpu2's gate fails on a fault injected the same way
+   moved back to 550.127.08 one node at a time; ru-gpu2's gate fails on a fault injected the same way
    (keyed to 550.127.08): the run rolls it back to the stack its fact recorded (580.65.06, CUDA
    13.0, NCCL 2.27.7), gates it clean, returns it to service and halts; ru-gpu3 and ru-gpu4 are
    not touched;
 5. jobs outlasting the drain with ``gpuops_upgrade_on_drain_timeout: continue`` (to 550.127.08, the
-   canary already there): ru-gpu2, in the first wave, stays drained with the reason and is not
-   upgraded; the run goes on to ru-gpu3 and ru-gpu4 and ends ``partial``, naming ru-gpu2.
+   canary already there, so the first node of the window's order, idle ru-gpu3, is the canary):
+   ru-gpu2 stays drained with the reason and is not upgraded; the run goes on and ends ``partial``,
+   naming ru-gpu2.
 
 Every run goes through tests/integration/playbook_run.run_playbook (ansible-runner) with the
-scenario's inventory; assertions read the run's events, its audit report and the nodes (dpkg-query,
-sinfo --json, scontrol). Nothing asserts on durations; wall times, module calls per node and the
-time from the canary's failed gate to the halt are written to ``.lab/rolling_upgrade_measures.json``
-for the issue's note.
+scenario's inventory; assertions read the run's audit report (statuses, drain records, gates, the
+window's timeline and its rule check) and the nodes (dpkg-query, sinfo --json, scontrol). Nothing
+asserts on durations; wall times, module calls per node and the time from the canary's failed gate
+to the halt are written to ``.lab/rolling_upgrade_measures.json`` for the issue's note.
 """
 
 from __future__ import annotations
@@ -68,9 +70,8 @@ STACK = {
     BRANCH: {"driver": BRANCH, "cuda": "13.0", "nccl": "2.27.7"},
 }
 DRIVER_PACKAGES = ["nvidia-driver", "libnvidia-ml1", "nvidia-smi", "libcuda1"]
-DRAIN = "Drain the node in Slurm and wait for its jobs"
 SURVEY_DECISION = "Decide whether the node is upgraded, skipped or left out"
-PLAY = "Upgrade wave by wave"
+PLAY = "Upgrade in a sliding window"
 FOREIGN_NODE = NODES[2]
 FOREIGN_REASON = "LAB-42 fan replacement, do not resume"
 FAULT_HOOK = "/etc/apt/apt.conf.d/99gpuops-lab-fault"
@@ -161,9 +162,22 @@ def upgrade(workdir: Path, name: str, target: str, **settings) -> tuple[Playbook
     return run, audit, wall
 
 
-def touched(run: PlaybookRun) -> dict[str, int]:
-    """Per node: the upgrade play's tasks that ran (not skipped) for it."""
-    return run.tasks_run(PLAY)
+def touched(audit: dict) -> set[str]:
+    """The nodes the run took out of service (admitted by the window), from the report's timeline."""
+    return {host for host, _start, _end in audit["window"]["timeline"]}
+
+
+def statuses(audit: dict) -> dict[str, str]:
+    return {node["host"]: node["status"] for node in audit["nodes"]}
+
+
+def node_of(audit: dict, host: str) -> dict:
+    return next(node for node in audit["nodes"] if node["host"] == host)
+
+
+def overlapping(audit: dict, first: str, second: str) -> bool:
+    spans = {host: (start, end) for host, start, end in audit["window"]["timeline"]}
+    return spans[first][0] < spans[second][1] and spans[second][0] < spans[first][1]
 
 
 def record(key: str, value) -> None:
@@ -173,6 +187,7 @@ def record(key: str, value) -> None:
 
 
 def event_time(run: PlaybookRun, task: str, host: str) -> datetime.datetime:
+    """When a task's result arrived (for the measures only, never asserted on)."""
     for event in run.events:
         data = event.get("event_data", {})
         if event.get("event", "").startswith("runner_on_") and data.get("task") == task and data.get("host") == host:
@@ -187,7 +202,7 @@ def fixture_workdir(tmp_path_factory):
 
 @pytest.fixture(scope="module", name="healthy")
 def fixture_healthy(workdir):
-    """Case 1 (and the foreign drain): one healthy rollout OLD -> NEW, waves [canary, 1, 2]."""
+    """Case 1 (and the foreign drain): one healthy rollout OLD -> NEW in a window of two."""
     assert all(installed(node)["nvidia-driver"].startswith(OLD) for node in NODES), "converge must leave OLD"
     sh(CONTROLLER, "scontrol", "update", f"nodename={FOREIGN_NODE}", "state=drain", f"reason={FOREIGN_REASON}")
     sh(CANARY, "rm", "-f", RELEASE)
@@ -198,7 +213,6 @@ def fixture_healthy(workdir):
         workdir,
         "healthy",
         NEW,
-        gpuops_upgrade_waves=[1, 2],
         gpuops_upgrade_max_unavailable=2,
         gpuops_upgrade_drain_timeout=300,
     )
@@ -206,59 +220,65 @@ def fixture_healthy(workdir):
     sh(CANARY, "rm", "-f", RELEASE)
     state = {"job": job, "job_state": job_state(job), "slurm": slurm_nodes()}
     state["installed"] = {n: installed(n) for n in NODES}
-    record("healthy_rollout_waves_1_2_wall_s", wall)
-    record("tasks_run_per_node_healthy", touched(run))
+    record("healthy_rollout_window_2_wall_s", wall)
+    record("tasks_run_per_node_healthy", run.tasks_run(PLAY))
     record("module_calls_per_node_healthy", run.module_calls(PLAY))
     # its owner is done with it: back in service for the next cases
     sh(CONTROLLER, "scontrol", "update", f"nodename={FOREIGN_NODE}", "state=resume", check=False)
     return run, audit, state
 
 
-def test_healthy_rollout_completes(healthy):
+def test_healthy_rollout_upgrades_every_node_but_the_one_drained_by_someone_else(healthy):
     run, audit, _unused = healthy
     assert run.rc == 0, run.stdout[-4000:]
-    assert audit["result"] == "completed"
-    assert {node["host"]: node["status"] for node in audit["nodes"]} == dict.fromkeys(NODES, "upgraded")
+    assert audit["result"] == "partial"
+    others = [node for node in NODES if node != FOREIGN_NODE]
+    assert statuses(audit) == {**dict.fromkeys(others, "upgraded"), FOREIGN_NODE: "unavailable"}
+    assert audit["not_upgraded"][0]["host"] == FOREIGN_NODE
+    assert FOREIGN_REASON in audit["not_upgraded"][0]["reason"]
+    assert audit["plan"]["unavailable"] == [FOREIGN_NODE]
 
 
 def test_canary_goes_first_alone(healthy):
-    run, audit, _unused = healthy
-    assert audit["plan"]["waves"][0] == {"canary": True, "hosts": [CANARY], "index": 0, "name": "canary"}
-    order = [r.host for r in run.results_for(play=PLAY, task=DRAIN)]
-    assert order[0] == CANARY
-    assert sorted(order) == NODES
-    canary_done = event_time(run, "Record the node as upgraded", CANARY)
-    for node in NODES[1:]:
-        assert event_time(run, DRAIN, node) > canary_done
-
-
-def test_no_more_than_max_unavailable_out_at_once(healthy):
     _unused, audit, _unused = healthy
-    assert audit["plan"]["batch_sizes"] == [1, 1, 2]
-    assert all(len(wave["hosts"]) <= 2 for wave in audit["plan"]["waves"])
-    # out of service from the drain to the end of the node's part, as the nodes recorded it
-    spans = [(node["timings"]["drain_started"], node["timings"]["finished"]) for node in audit["nodes"]]
-    for start, _unused in spans:
-        assert sum(1 for s, f in spans if s <= start <= f) <= 2
+    assert audit["plan"]["canary"] == [CANARY]
+    assert audit["plan"]["first_window"] == [CANARY]
+    spans = {host: (start, end) for host, start, end in audit["window"]["timeline"]}
+    assert set(spans) == set(NODES) - {FOREIGN_NODE}
+    for node in spans:
+        if node != CANARY:
+            assert spans[node][0] >= spans[CANARY][1]
+
+
+def test_the_foreign_drain_counts_against_max_unavailable(healthy):
+    _unused, audit, _unused = healthy
+    # max_unavailable 2 with ru-gpu3 out already: one node of ours at a time, checked against every rule
+    assert audit["window"]["violations"] == []
+    assert not overlapping(audit, NODES[1], NODES[3])
+    assert audit["settings"]["window"]["max_unavailable"] == 2
 
 
 def test_the_canary_is_gated_at_extended_the_others_at_standard(healthy):
     _unused, audit, _unused = healthy
-    levels = {node["host"]: [gate["level"] for gate in node["gates"]] for node in audit["nodes"]}
-    assert levels == {CANARY: ["extended"], **{node: ["standard"] for node in NODES[1:]}}
+    levels = {node["host"]: [gate["level"] for gate in node["gates"]] for node in audit["nodes"] if "gates" in node}
+    assert levels == {CANARY: ["extended"], NODES[1]: ["standard"], NODES[3]: ["standard"]}
 
 
 def test_every_node_on_the_new_stack_and_loaded(healthy):
     _unused, audit, state = healthy
     for node in NODES:
-        assert {p: v.split("-")[0] for p, v in state["installed"][node].items()} == dict.fromkeys(DRIVER_PACKAGES, NEW)
-        assert NEW in sh(node, "cat", "/run/gpuops-lab/nvidia-version")
-    assert {node["host"]: node["after"]["loaded_version"] for node in audit["nodes"]} == dict.fromkeys(NODES, NEW)
+        expected = OLD if node == FOREIGN_NODE else NEW
+        assert {p: v.split("-")[0] for p, v in state["installed"][node].items()} == dict.fromkeys(
+            DRIVER_PACKAGES, expected
+        )
+        assert expected in sh(node, "cat", "/run/gpuops-lab/nvidia-version")
+    loaded = {node["host"]: node["after"]["loaded_version"] for node in audit["nodes"] if node["status"] == "upgraded"}
+    assert loaded == {CANARY: NEW, NODES[1]: NEW, NODES[3]: NEW}
 
 
 def test_the_canary_drain_waited_for_the_job_which_completed(healthy):
-    run, _unused, state = healthy
-    drain = run.results_for(play=PLAY, task=DRAIN, host=CANARY)[0].result
+    _unused, audit, state = healthy
+    drain = node_of(audit, CANARY)["drain"]
     assert drain["action"] == "drain"
     assert drain["ours"]
     assert drain["waited"] > 0, "the job was running when the drain started: the module must have waited"
@@ -267,7 +287,7 @@ def test_the_canary_drain_waited_for_the_job_which_completed(healthy):
 
 
 def test_nodes_resumed_and_the_foreign_drain_kept(healthy):
-    run, audit, state = healthy
+    _unused, _unused, state = healthy
     for name in NODES:
         node = state["slurm"][name]
         if name == FOREIGN_NODE:
@@ -276,11 +296,6 @@ def test_nodes_resumed_and_the_foreign_drain_kept(healthy):
         else:
             assert not drained(node), node
             assert node["state"].lower() in {"idle", "mixed", "allocated"}, node
-    record_ = next(node for node in audit["nodes"] if node["host"] == FOREIGN_NODE)
-    assert record_["drain"]["ours"] is False
-    assert record_["drain"]["pre_existing"] is True
-    resumed = run.results_for(play=PLAY, task="Resume the node in Slurm (only a drain of ours)", host=FOREIGN_NODE)
-    assert [r.event for r in resumed] == ["runner_on_skipped"]
 
 
 @pytest.fixture(scope="module", name="unhealthy_canary")
@@ -290,9 +305,7 @@ def fixture_unhealthy_canary(workdir, healthy):
     sh(CANARY, "sh", "-c", f"printf '%s' {shell_quote(FAULT_HOOK_TEXT % BRANCH)} > {FAULT_HOOK}")
     before = {n: installed(n) for n in NODES}
     try:
-        run, audit, wall = upgrade(
-            workdir, "canary_fault", BRANCH, gpuops_upgrade_waves=[1, 2], gpuops_upgrade_max_unavailable=2
-        )
+        run, audit, wall = upgrade(workdir, "canary_fault", BRANCH, gpuops_upgrade_max_unavailable=2)
         state = {"before": before, "after": {n: installed(n) for n in NODES}, "slurm": slurm_nodes()}
     finally:
         sh(CANARY, "rm", "-f", FAULT_HOOK)
@@ -318,8 +331,9 @@ def test_unhealthy_canary_halts_the_run(unhealthy_canary):
 
 
 def test_no_other_node_touched_after_the_canary_failed(unhealthy_canary):
-    run, _unused, state = unhealthy_canary
-    assert set(touched(run)) == {CANARY}
+    _unused, audit, state = unhealthy_canary
+    assert touched(audit) == {CANARY}
+    assert statuses(audit) == {CANARY: "failed", **dict.fromkeys(NODES[1:], "not_reached")}
     for node in NODES:
         if node != CANARY:
             assert state["after"][node] == state["before"][node]
@@ -336,7 +350,7 @@ def test_failed_canary_stays_drained_with_the_run_in_its_reason(unhealthy_canary
 
 @pytest.fixture(scope="module", name="aborted")
 def fixture_aborted(workdir, unhealthy_canary):
-    """Case 3: to the R580 branch in waves of two; a job outlasting the drain timeout halts at ru-gpu3."""
+    """Case 3: to the R580 branch, a window of two, one node per rack; a job outlasting the drain halts at ru-gpu3."""
     assert unhealthy_canary[1]["result"] == "halted"
     # the canary's operator cleared its fault (fixture above) and returns it to service
     sh(CONTROLLER, "scontrol", "update", f"nodename={CANARY}", "state=resume")
@@ -344,8 +358,8 @@ def fixture_aborted(workdir, unhealthy_canary):
     blocked = NODES[2]
     job = submit_job(blocked, "sleep 3600")
     settings = {
-        "gpuops_upgrade_waves": [2],
         "gpuops_upgrade_max_unavailable": 2,
+        "gpuops_upgrade_per_domain": {"rack": 1},
         "gpuops_upgrade_drain_timeout": 10,
         "gpuops_upgrade_on_drain_timeout": "halt",
     }
@@ -353,9 +367,9 @@ def fixture_aborted(workdir, unhealthy_canary):
     state = {"slurm": slurm_nodes(), "installed": {n: installed(n) for n in NODES}}
     sh(CONTROLLER, "scancel", job)
     wait_for(f"job {job} gone from {blocked}", lambda: slurm_nodes()[blocked]["state"].lower() != "allocated")
-    # the canary is on the target already: no canary wave; the two nodes left go together
+    # the others are on the target already: ru-gpu3 alone is left, and it is its own canary
     rerun, rerun_audit, wall = upgrade(workdir, "rerun", BRANCH, **settings)
-    record("rerun_one_wave_of_2_wall_s", wall)
+    record("rerun_one_node_wall_s", wall)
     record("module_calls_per_node_rerun", rerun.module_calls(PLAY))
     after = {"slurm": slurm_nodes(), "installed": {n: installed(n) for n in NODES}}
     return blocked, (first, first_audit, state), (rerun, rerun_audit, after)
@@ -366,31 +380,43 @@ def test_abort_leaves_the_blocked_node_drained_and_pending(aborted):
     assert run.rc != 0
     assert audit["halted_by"]["host"] == blocked
     assert audit["halted_by"]["status"] == "drain_timeout"
-    statuses = {node["host"]: node["status"] for node in audit["nodes"]}
     # the canary's upgrade of case 2 was pending (it failed its gate): this run finished it first
-    assert statuses == {CANARY: "upgraded", NODES[1]: "upgraded", blocked: "drain_timeout", NODES[3]: "not_reached"}
-    assert audit["plan"]["batch_sizes"] == [1, 2, 1]
+    assert statuses(audit) == {CANARY: "upgraded", NODES[1]: "upgraded", blocked: "drain_timeout", NODES[3]: "upgraded"}
     decision = run.results_for(play="Survey the fleet before the rolling upgrade", task=SURVEY_DECISION, host=CANARY)
-    assert decision[0].result["ansible_facts"]["gpuops_upgrade_decision"]["reason"].startswith("resume: ")
-    assert state["installed"][CANARY]["nvidia-driver"].startswith(BRANCH)
-    assert state["installed"][NODES[1]]["nvidia-driver"].startswith(BRANCH)
-    assert state["installed"][blocked]["nvidia-driver"].startswith(NEW)
-    assert NODES[3] not in touched(run)
-    assert state["installed"][NODES[3]]["nvidia-driver"].startswith(NEW)
+    assert decision[0].result["ansible_facts"]["rolling_upgrade_decision"]["reason"].startswith("resume: ")
+    for name in (CANARY, NODES[1], NODES[3]):
+        assert state["installed"][name]["nvidia-driver"].startswith(BRANCH)
+    assert not state["installed"][blocked]["nvidia-driver"].startswith(BRANCH)
     node = state["slurm"][blocked]
     assert drained(node)
     assert node["reason"].startswith(f"gpuops-upgrade[{audit['run_id']}]: jobs still running")
+
+
+def test_idle_nodes_go_before_the_node_running_a_job(aborted):
+    blocked, (_unused, audit, _unused), _unused = aborted
+    assert audit["plan"]["order"] == [CANARY, NODES[1], NODES[3], blocked]
+    assert audit["plan"]["after_canary"] == [NODES[1], NODES[3]]
+
+
+def test_one_node_per_rack_and_both_racks_at_once(aborted):
+    _unused, (_unused, audit, _unused), _unused = aborted
+    assert audit["settings"]["window"]["per_domain"] == {"rack": 1}
+    assert audit["window"]["violations"] == []
+    racks = {CANARY: "r1", NODES[1]: "r1", NODES[2]: "r2", NODES[3]: "r2"}
+    timeline = audit["window"]["timeline"]
+    for host, start, end in timeline:
+        for other, other_start, other_end in timeline:
+            if other != host and racks[other] == racks[host]:
+                assert not (start < other_end and other_start < end), (host, other, timeline)
+    assert overlapping(audit, NODES[1], NODES[3])
 
 
 def test_rerun_finishes_without_touching_finished_nodes(aborted):
     blocked, _unused, (run, audit, after) = aborted
     assert run.rc == 0, run.stdout[-4000:]
     assert audit["result"] == "completed"
-    statuses = {node["host"]: node["status"] for node in audit["nodes"]}
-    assert statuses == {CANARY: "skipped", NODES[1]: "skipped", blocked: "upgraded", NODES[3]: "upgraded"}
-    assert set(touched(run)) == {blocked, NODES[3]}
-    assert sorted(r.host for r in run.results_for(play=PLAY, task=DRAIN)) == [blocked, NODES[3]]
-    assert audit["plan"]["batch_sizes"] == [2]
+    assert statuses(audit) == {CANARY: "skipped", NODES[1]: "skipped", blocked: "upgraded", NODES[3]: "skipped"}
+    assert touched(audit) == {blocked}
     for name in NODES:
         assert after["installed"][name]["nvidia-driver"].startswith(BRANCH)
         assert not drained(after["slurm"][name]), after["slurm"][name]
@@ -398,7 +424,7 @@ def test_rerun_finishes_without_touching_finished_nodes(aborted):
 
 @pytest.fixture(scope="module", name="rolled_back")
 def fixture_rolled_back(workdir, aborted):
-    """Case 4: BRANCH -> NEW in waves of one, rollback on failure; NODES[1] fails its gate on NEW."""
+    """Case 4: BRANCH -> NEW one node at a time, rollback on failure; NODES[1] fails its gate on NEW."""
     assert aborted[2][0].rc == 0
     failing = NODES[1]
     sh(failing, "sh", "-c", f"printf '%s' {shell_quote(FAULT_HOOK_TEXT % NEW)} > {FAULT_HOOK}")
@@ -408,7 +434,6 @@ def fixture_rolled_back(workdir, aborted):
             workdir,
             "rollback",
             NEW,
-            gpuops_upgrade_waves=[1],
             gpuops_upgrade_max_unavailable=1,
             gpuops_upgrade_on_failure="rollback",
         )
@@ -432,8 +457,12 @@ def test_rollback_halts_the_run_at_the_failed_node(rolled_back):
     assert audit["result"] == "halted"
     assert audit["halted_by"]["host"] == failing
     assert audit["halted_by"]["status"] == "rolled_back"
-    statuses = {node["host"]: node["status"] for node in audit["nodes"]}
-    assert statuses == {CANARY: "upgraded", failing: "rolled_back", NODES[2]: "not_reached", NODES[3]: "not_reached"}
+    assert statuses(audit) == {
+        CANARY: "upgraded",
+        failing: "rolled_back",
+        NODES[2]: "not_reached",
+        NODES[3]: "not_reached",
+    }
 
 
 def test_rollback_returns_the_node_to_the_previous_stack_gated(rolled_back):
@@ -452,10 +481,10 @@ def test_rollback_returns_the_node_to_the_previous_stack_gated(rolled_back):
     assert fact["history"][-1]["result"] == "rolled_back"
 
 
-def test_rolled_back_node_back_in_service_and_later_waves_untouched(rolled_back):
-    failing, run, _unused, state = rolled_back
+def test_rolled_back_node_back_in_service_and_the_rest_untouched(rolled_back):
+    failing, _unused, audit, state = rolled_back
     assert not drained(state["slurm"][failing]), state["slurm"][failing]
-    assert set(touched(run)) == {CANARY, failing}
+    assert touched(audit) == {CANARY, failing}
     assert state["after"][CANARY]["nvidia-driver"].startswith(NEW)
     for name in NODES[2:]:
         assert state["after"][name] == state["before"][name]
@@ -474,7 +503,6 @@ def fixture_continued(workdir, rolled_back):
             workdir,
             "continue",
             NEW,
-            gpuops_upgrade_waves=[1, 2],
             gpuops_upgrade_max_unavailable=2,
             gpuops_upgrade_drain_timeout=10,
             gpuops_upgrade_on_drain_timeout="continue",
@@ -489,10 +517,10 @@ def fixture_continued(workdir, rolled_back):
 def test_continue_leaves_the_blocked_node_drained_and_goes_on(continued):
     blocked, run, audit, state = continued
     assert run.rc == 0, run.stdout[-4000:]
-    assert audit["plan"]["batch_sizes"] == [1, 2]
-    assert audit["plan"]["waves"][0]["hosts"] == [blocked]
-    statuses = {node["host"]: node["status"] for node in audit["nodes"]}
-    assert statuses == {CANARY: "skipped", blocked: "drain_timeout", NODES[2]: "upgraded", NODES[3]: "upgraded"}
+    # the canary group's node is done: the first node of the order (idle) is the canary, the busy one last
+    assert audit["plan"]["canary"] == [NODES[2]]
+    assert audit["plan"]["order"][-1] == blocked
+    assert statuses(audit) == {CANARY: "skipped", blocked: "drain_timeout", NODES[2]: "upgraded", NODES[3]: "upgraded"}
     assert state["installed"][blocked]["nvidia-driver"].startswith(BRANCH)
     for name in NODES[2:]:
         assert state["installed"][name]["nvidia-driver"].startswith(NEW)

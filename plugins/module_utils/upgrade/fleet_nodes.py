@@ -1,0 +1,62 @@
+# Copyright: contributors to gpuops.cluster
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The window's view of the fleet: one node per inventory host, from the survey and the scheduler.
+
+The survey play gives, per host, ``{host, done, domains, scheduler_name}``: ``done`` when
+the host is already on the target (skipped) or left out (unhealthy), ``domains`` its
+failure domains from ``gpuops_upgrade_domains`` (``{"rack": "r01", "nvlink": "nvl72-5"}``),
+``scheduler_name`` its name in Slurm. ``slurm`` is what ``gpuops.cluster.slurm_fleet``
+returned for them: state (idle, busy, drained_by_others, down), job end, partitions, GPUs.
+Without a scheduler every node is idle and in no partition.
+"""
+
+from __future__ import annotations
+
+SLURM_KEYS = ("state", "job_end", "partitions", "gpus")
+
+
+def unavailable_reasons(slurm) -> dict:
+    """Why each node drained by someone else or down is out of service, from Slurm, by node name."""
+    reasons = {}
+    for entry in slurm or []:
+        state = entry.get("state")
+        if state == "drained_by_others":
+            reasons[entry["name"]] = "drained by someone else (%s): not touched" % (entry.get("reason") or "no reason")
+        elif state == "down":
+            reasons[entry["name"]] = "down in Slurm (%s): not touched" % (entry.get("reason") or "no reason")
+    return reasons
+
+
+def window_nodes(hosts, slurm=None, canary=()) -> list[dict]:
+    """The ``nodes`` of :class:`window_plan.Window`, named by inventory host, in the order given."""
+    by_name = {}
+    for entry in slurm or []:
+        if not isinstance(entry, dict) or "name" not in entry:
+            raise ValueError("a Slurm node must be a mapping with a name, got %r" % (entry,))
+        by_name[entry["name"]] = entry
+    canaries = set(canary or ())
+    nodes = []
+    for host in hosts:
+        if not isinstance(host, dict) or not host.get("host"):
+            raise ValueError("a surveyed host must be a mapping with its inventory name as host, got %r" % (host,))
+        name = host["host"]
+        domains = host.get("domains") or {}
+        if not isinstance(domains, dict):
+            raise ValueError(
+                "gpuops_upgrade_domains of %s must map a kind of domain to the host's member, such as "
+                "{rack: r01}, got %r" % (name, domains)
+            )
+        node = {
+            "name": name,
+            "domains": {str(kind): str(member) for kind, member in domains.items()},
+            "canary": name in canaries,
+            "done": bool(host.get("done")),
+        }
+        if slurm is not None:
+            scheduler_name = host.get("scheduler_name") or name
+            found = by_name.get(scheduler_name)
+            if found is None:
+                raise ValueError("Slurm returned no state for node %s (inventory host %s)" % (scheduler_name, name))
+            node.update({key: found[key] for key in SLURM_KEYS if key in found})
+        nodes.append(node)
+    return nodes

@@ -1,0 +1,84 @@
+"""fleet_nodes: the window's nodes from the survey and Slurm's view of the fleet."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import fleet_nodes, window_plan
+
+HOSTS = [
+    {"host": "gpu01", "done": False, "domains": {"rack": "r1"}, "scheduler_name": "node01"},
+    {"host": "gpu02", "done": True, "domains": {"rack": "r1", "nvlink": "nvl72-1"}, "scheduler_name": "node02"},
+]
+SLURM = [
+    {"name": "node01", "state": "busy", "job_end": 1000, "partitions": ["gpu"], "gpus": 8, "reason": None},
+    {
+        "name": "node02",
+        "state": "drained_by_others",
+        "job_end": None,
+        "partitions": ["gpu"],
+        "gpus": 8,
+        "reason": "HW-4411 bad DIMM",
+        "owner": "other",
+    },
+]
+
+
+def test_nodes_carry_domains_canary_done_and_the_slurm_state_by_inventory_name():
+    nodes = fleet_nodes.window_nodes(HOSTS, SLURM, canary=["gpu01"])
+    assert nodes == [
+        {
+            "name": "gpu01",
+            "domains": {"rack": "r1"},
+            "canary": True,
+            "done": False,
+            "state": "busy",
+            "job_end": 1000,
+            "partitions": ["gpu"],
+            "gpus": 8,
+        },
+        {
+            "name": "gpu02",
+            "domains": {"rack": "r1", "nvlink": "nvl72-1"},
+            "canary": False,
+            "done": True,
+            "state": "drained_by_others",
+            "job_end": None,
+            "partitions": ["gpu"],
+            "gpus": 8,
+        },
+    ]
+    # what the window takes as is
+    assert [node.name for node in window_plan.nodes_of(nodes)] == ["gpu01", "gpu02"]
+
+
+def test_without_a_scheduler_every_node_is_idle_in_no_partition():
+    nodes = fleet_nodes.window_nodes([{"host": "gpu01"}])
+    assert nodes == [{"name": "gpu01", "domains": {}, "canary": False, "done": False}]
+    assert window_plan.nodes_of(nodes)[0].state == "idle"
+
+
+def test_a_node_slurm_does_not_report_is_an_error_naming_both_names():
+    with pytest.raises(ValueError, match="Slurm returned no state for node node02 \\(inventory host gpu02\\)"):
+        fleet_nodes.window_nodes(HOSTS, SLURM[:1])
+
+
+@pytest.mark.parametrize(
+    ("hosts", "message"),
+    [
+        (["gpu01"], "a surveyed host must be a mapping"),
+        ([{"host": "gpu01", "domains": ["r1"]}], "gpuops_upgrade_domains of gpu01 must map"),
+    ],
+)
+def test_bad_input_is_refused(hosts, message):
+    with pytest.raises(ValueError, match=message):
+        fleet_nodes.window_nodes(hosts)
+
+
+def test_why_nodes_are_out_of_service():
+    reasons = fleet_nodes.unavailable_reasons(
+        [*SLURM, {"name": "node03", "state": "down", "reason": "Not responding"}, {"name": "node04", "state": "idle"}]
+    )
+    assert reasons == {
+        "node02": "drained by someone else (HW-4411 bad DIMM): not touched",
+        "node03": "down in Slurm (Not responding): not touched",
+    }
