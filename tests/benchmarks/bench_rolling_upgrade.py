@@ -9,9 +9,10 @@ then times two rollouts to 550.127.08 and two back, through rolling_upgrade.yml
 with two nodes out of service at most: waves (``gpuops_upgrade_barrier: true``,
 what ``serial: 2`` does) and the sliding window, in turn. Before each rollout
 every node but the canary runs a real Slurm job with the same time limit, so
-the window's order is the same in both modes; the job on ru-gpu2 runs
-SLOW_JOB_S seconds longer than the others. Waves wait for it; the window
-upgrades ru-gpu4 meanwhile.
+the window's order is the same in both modes. Each job ends SHORT_JOB_S
+seconds after its node's drain starts, the one on ru-gpu2 SLOW_JOB_S seconds
+later than that: ru-gpu2 and ru-gpu3 leave service together, waves wait for
+ru-gpu2 before ru-gpu4 starts, the window upgrades ru-gpu4 meanwhile.
 
 Prints each run's makespan (first admission to last release, from the audit
 report's window timeline), wall time, the rule check (violations), the module
@@ -28,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -97,11 +99,46 @@ def molecule(*argv: str) -> None:
     subprocess.run([str(MOLECULE), *argv, "-s", "rolling_upgrade"], cwd=ROOT, env=env, check=True)
 
 
+RELEASE = "/var/tmp/gpuops-bench-release"
+
+
+def drained_nodes() -> set[str]:
+    out = subprocess.run(
+        ["podman", "exec", CONTROLLER, "sinfo", "--json"], capture_output=True, text=True, check=True
+    ).stdout
+    return {
+        node["name"]
+        for node in json.loads(out)["nodes"]
+        if "DRAIN" in [flag.upper() for flag in node.get("state_flags") or []]
+    }
+
+
+def release_after_drain(stop: threading.Event) -> threading.Thread:
+    """End each node's job SHORT_JOB_S after its drain starts (SLOW_JOB_S more on the slow node)."""
+
+    def watch():
+        due: dict[str, float] = {}
+        while not stop.is_set():
+            now = time.monotonic()
+            for node in drained_nodes() & set(JOB_NODES):
+                due.setdefault(node, now + SHORT_JOB_S + (SLOW_JOB_S if node == SLOW_NODE else 0))
+            for node, when in due.items():
+                if 0 < when <= now:
+                    subprocess.run(["podman", "exec", node, "touch", RELEASE], check=False)
+                    due[node] = 0
+            time.sleep(1)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
 def submit_jobs() -> None:
-    """A job on every node but the canary, all with a 10 min limit; the slow node's runs SLOW_JOB_S longer."""
+    """A job on every node but the canary, all with a 10 min limit, each running until released."""
     for node in JOB_NODES:
-        seconds = SHORT_JOB_S + (SLOW_JOB_S if node == SLOW_NODE else 0)
-        argv = ["sbatch", "--parsable", f"--nodelist={node}", "--time=10", "--wrap", f"sleep {seconds}"]
+        subprocess.run(["podman", "exec", node, "rm", "-f", RELEASE], check=True)
+        wait = f"while [ ! -e {RELEASE} ]; do sleep 1; done"
+        argv = ["sbatch", "--parsable", f"--nodelist={node}", "--time=10", "--wrap", wait]
         subprocess.run(["podman", "exec", CONTROLLER, *argv], capture_output=True, text=True, check=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -128,8 +165,16 @@ def rollout(inv: Path, work: Path, name: str, stack: dict, mode: dict) -> dict:
         "gpuops_upgrade_drain_timeout": 600,
         **mode,
     }
+    stop = threading.Event()
+    watcher = release_after_drain(stop)
     start = time.monotonic()
-    run = run_playbook("rolling_upgrade.yml", inv, work / name, extravars=extravars)
+    try:
+        run = run_playbook("rolling_upgrade.yml", inv, work / name, extravars=extravars)
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+        for node in JOB_NODES:
+            subprocess.run(["podman", "exec", node, "touch", RELEASE], check=False)
     wall = time.monotonic() - start
     if run.rc != 0:
         raise SystemExit(f"{name}: the rollout failed (rc {run.rc}):\n{run.stdout[-3000:]}")
@@ -191,7 +236,8 @@ def main() -> int:
             window = statistics.mean(figures[n]["makespan_s"] for n in figures if n.endswith("-window"))
             print(
                 f"mean makespan: waves {waves:.1f} s, window {window:.1f} s ({waves / window:.2f}x); "
-                f"one job {SLOW_JOB_S} s longer on {SLOW_NODE}; per-node medians in s"
+                f"jobs end {SHORT_JOB_S} s after their drain starts, {SLOW_JOB_S} s later on {SLOW_NODE}; "
+                "per-node medians in s"
             )
     finally:
         if brought_up:
