@@ -1,8 +1,12 @@
 # Copyright: contributors to gpuops.cluster
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The wave plan of a rolling upgrade: which nodes move together, in which order.
+"""Waves as Ansible's ``serial`` runs them: which nodes move together, in which order.
 
-Rules (the filter ``gpuops.cluster.upgrade_waves`` documents them for operators):
+The rolling upgrade itself runs a sliding window (window_plan). This module keeps
+``size_of`` (counts and percentages of the fleet, for ``max_unavailable``) and
+``plan``, the serial-waves baseline of tests/benchmarks/bench_fleet_rollout.py.
+
+Rules of ``plan``:
 
 * The canary wave comes first and holds only canary nodes. The canaries are the
   hosts of ``canary_hosts`` that are in the fleet and not skipped; when
