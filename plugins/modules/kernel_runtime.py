@@ -159,123 +159,15 @@ container:
   sample: podman
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file
 from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import kernel_runtime
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            name=dict(type="str", default="gpuops-kernel-runtime"),
-            thp_enabled=dict(type="str", choices=list(kernel_runtime.THP_ENABLED)),
-            thp_defrag=dict(type="str", choices=list(kernel_runtime.THP_DEFRAG)),
-            hugepages=dict(type="int"),
-            hugepages_per_node=dict(type="dict"),
-            hugepage_size_kb=dict(type="int", default=2048),
-            governor=dict(type="str"),
-            replaces=dict(type="list", elements="str", default=[]),
-            persist=dict(type="bool", default=True),
-            apply_live=dict(type="str", choices=list(container_detection.APPLY_LIVE_CHOICES), default="auto"),
-            root=dict(type="path", default="/"),
-        ),
-        mutually_exclusive=[("hugepages", "hugepages_per_node")],
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(**kernel_runtime.MODULE_KWARGS)
     use_c_locale(module)
-    params = module.params
-    root = params["root"]
-    for name in [params["name"]] + params["replaces"]:
-        if not name or "/" in name:
-            module.fail_json(msg=f"name {name!r} must be a plain file name without .conf")
-    if params["name"] in params["replaces"]:
-        module.fail_json(msg=f"replaces lists {params['name']!r}, the drop-in this call writes; drop it from replaces")
-    size = params["hugepage_size_kb"]
-    current = {
-        "thp": kernel_runtime.read_thp(root),
-        "hugepages": kernel_runtime.read_hugepages(root, size),
-        "governors": kernel_runtime.read_governors(root) if params["governor"] else {},
-    }
-    try:
-        decided = kernel_runtime.plan(current, params)
-    except (ValueError, TypeError) as exc:
-        module.fail_json(msg=f"{exc}; fix the module arguments")
-    container = container_detection.detect(module, root)
-    path = os.path.join(root, "etc", "tmpfiles.d", params["name"] + ".conf")
-    result = dict(
-        changed=False,
-        path=path,
-        drift={f"/{w['path']}": dict(live=w["before"], desired=w["after"]) for w in decided["writes"]},
-        applied_live=[],
-        not_applied_live=list(decided["unavailable"]),
-        file_changed=False,
-        container=container,
-    )
-    before = managed_file.read_text(path)
-    after = kernel_runtime.render_tmpfiles(decided["persist"]) if decided["persist"] else None
-    removed = {}
-    if params["persist"]:
-        result["file_changed"] = before != after
-        if result["file_changed"] and not module.check_mode:
-            if after is None:
-                os.unlink(path)
-            else:
-                managed_file.write_atomic(module, path, after, create_parent=True)
-        for name in params["replaces"]:
-            old = os.path.join(root, "etc", "tmpfiles.d", name + ".conf")
-            text = managed_file.read_text(old)
-            if kernel_runtime.is_managed(text):
-                removed[old] = text
-                if not module.check_mode:
-                    os.unlink(old)
-    result["removed"] = list(removed)
-    reason = container_detection.skip_live_reason(module.params["apply_live"], root, container)
-    for write in decided["writes"]:
-        shown = f"/{write['path']}"
-        if reason:
-            if dict(name=write["knob"], reason=reason) not in result["not_applied_live"]:
-                result["not_applied_live"].append(dict(name=write["knob"], reason=reason))
-            continue
-        if module.check_mode:
-            result["applied_live"].append(shown)
-            continue
-        target = os.path.join(root, write["path"])
-        try:
-            with open(target, "w", encoding="utf-8") as handle:
-                handle.write(write["after"] + "\n")
-        except OSError as exc:
-            result["not_applied_live"].append(
-                dict(name=write["knob"], reason=f"kernel refused the write: {exc.strerror}")
-            )
-            continue
-        result["applied_live"].append(shown)
-        now = kernel_runtime.parse_selected((managed_file.read_text(target) or "").strip())
-        if write["knob"].startswith("hugepages") and now != write["after"]:
-            result["not_applied_live"].append(
-                dict(
-                    name=write["knob"], reason=f"kernel allocated {now} of {write['after']} pages (memory fragmented?)"
-                )
-            )
-    written = [w["path"] for w in decided["writes"] if f"/{w['path']}" in result["applied_live"]]
-    result["changed_areas"] = kernel_runtime.changed_areas(
-        before if result["file_changed"] else after, after, removed.values(), written
-    )
-    result["changed"] = result["file_changed"] or bool(result["applied_live"]) or bool(removed)
-    if module._diff:
-        result["diff"] = [
-            dict(before=before or "", after=after or "", before_header=path, after_header=path),
-            *(dict(before=text, after="", before_header=old, after_header=old) for old, text in removed.items()),
-            dict(
-                before="".join(f"/{w['path']}: {w['before']}\n" for w in decided["writes"]),
-                after="".join(f"/{w['path']}: {w['after']}\n" for w in decided["writes"]),
-                before_header="sysfs",
-                after_header="sysfs",
-            ),
-        ]
-    module.exit_json(**result)
+    module.exit_json(**kernel_runtime.run(module))
 
 
 if __name__ == "__main__":

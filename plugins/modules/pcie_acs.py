@@ -89,48 +89,14 @@ container:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection
-from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_checked, use_c_locale
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import pcie_acs
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            state=dict(type="str", choices=["report", "disabled"], default="report"),
-            devices=dict(type="list", elements="str", default=[]),
-            apply_live=dict(type="str", choices=list(container_detection.APPLY_LIVE_CHOICES), default="auto"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(**pcie_acs.MODULE_KWARGS)
     use_c_locale(module)
-    container = container_detection.detect(module, "/")
-    result = dict(changed=False, devices=[], enabled=[], commands=[], not_applied_live=[], container=container)
-    lspci = module.get_bin_path("lspci")
-    if not lspci:
-        module.warn("lspci not found: install pciutils to report PCIe ACS")
-        module.exit_json(**result)
-    out, _err = run_checked(module, [lspci, "-D", "-vvv"], "list the PCI devices", hint="check pciutils")
-    devices = pcie_acs.parse_lspci(out)
-    result["devices"] = devices
-    result["enabled"] = pcie_acs.enabled(devices)
-    if module.params["state"] == "report":
-        module.exit_json(**result)
-    targets = [a for a in result["enabled"] if not module.params["devices"] or a in module.params["devices"]]
-    apply_live = module.params["apply_live"]
-    if not targets:
-        module.exit_json(**result)
-    if apply_live == "never" or not container_detection.should_apply_live(apply_live, container):
-        reason = "apply_live is never" if apply_live == "never" else f"in a container ({container})"
-        result["not_applied_live"] = [dict(name=f"acs {a}", reason=reason) for a in targets]
-        module.exit_json(**result)
-    setpci = module.get_bin_path("setpci", required=True)
-    result["commands"] = [pcie_acs.disable_argv(setpci, a) for a in targets]
-    result["changed"] = True
-    if not module.check_mode:
-        for address, argv in zip(targets, result["commands"]):
-            run_checked(module, argv, f"disable ACS on {address}", hint="run as root")
-    module.exit_json(**result)
+    module.exit_json(**pcie_acs.run(module))
 
 
 if __name__ == "__main__":

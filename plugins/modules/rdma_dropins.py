@@ -95,45 +95,14 @@ changed_peermem:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import managed_file
 from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
-from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import owned_files, rdma_dropins
+from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import rdma_dropins
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            memlock_limit=dict(type="str"),
-            peermem=dict(type="bool", default=False),
-            root=dict(type="path", default="/"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(**rdma_dropins.MODULE_KWARGS)
     use_c_locale(module)
-    params = module.params
-    try:
-        planned = rdma_dropins.plan(params["memlock_limit"], params["peermem"])
-    except ValueError as exc:
-        module.fail_json(msg=f"{exc}; fix the module arguments")
-    diff = [] if module._diff else None
-    result = dict(
-        changed=False,
-        files=[],
-        changed_files=[],
-        changed_limits=False,
-        changed_systemd=False,
-        changed_peermem=False,
-    )
-    for item in planned:
-        path = managed_file.under(params["root"], item["path"])
-        result["files"].append(path)
-        if owned_files.sync_file(module, path, item["content"], 0o644, diff):
-            result["changed_files"].append(path)
-            result[f"changed_{item['area']}"] = True
-    result["changed"] = bool(result["changed_files"])
-    if diff is not None:
-        result["diff"] = diff
-    module.exit_json(**result)
+    module.exit_json(**rdma_dropins.run(module))
 
 
 if __name__ == "__main__":

@@ -146,144 +146,15 @@ container:
   sample: podman
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file
 from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import sysctl_profile
 
 
-def _write_proc(root, keys, desired):
-    errors = []
-    for key in keys:
-        target = os.path.join(root, "proc", "sys", sysctl_profile.key_to_path(key))
-        try:
-            with open(target, "w", encoding="utf-8") as handle:
-                handle.write(desired[key] + "\n")
-        except OSError as exc:
-            errors.append(f"{key}: {exc.strerror}")
-    return (1 if errors else 0), "", "\n".join(errors)
-
-
-def _live_keys(apply_live, container, root, drifting):
-    """Split drifting keys into those to write live and (key, reason) pairs that are not."""
-    if apply_live == "never":
-        return [], [(k, "apply_live is never") for k in drifting]
-    if apply_live == "auto" and not container_detection.is_running_system(root):
-        return [], [(k, f"root is {root}, not the running system") for k in drifting]
-    if container_detection.should_apply_live(apply_live, container):
-        return list(drifting), []
-    namespaced, host_global = sysctl_profile.split_by_scope(drifting)
-    return namespaced, [(k, f"host-global key in a container ({container})") for k in host_global]
-
-
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            sysctls=dict(type="dict"),
-            name=dict(type="str", default="90-gpuops-tuning"),
-            directory=dict(type="path", default="/etc/sysctl.d"),
-            state=dict(type="str", choices=["present", "absent"], default="present"),
-            apply_live=dict(type="str", choices=list(container_detection.APPLY_LIVE_CHOICES), default="auto"),
-            root=dict(type="path", default="/"),
-        ),
-        required_if=[("state", "present", ("sysctls",))],
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(**sysctl_profile.MODULE_KWARGS)
     use_c_locale(module)
-    params = module.params
-    root = params["root"]
-    if "/" in params["name"] or not params["name"]:
-        module.fail_json(
-            msg=f"name {params['name']!r} must be a plain file name without .conf, such as 90-gpuops-tuning"
-        )
-    path = os.path.join(root, params["directory"].lstrip("/"), params["name"] + ".conf")
-    before = managed_file.read_text(path)
-    container = container_detection.detect(module, root)
-    result = dict(
-        changed=False,
-        path=path,
-        drift={},
-        drift_after={},
-        applied_live=[],
-        not_applied_live=[],
-        file_changed=False,
-        reloaded=False,
-        command=[],
-        container=container,
-    )
-
-    if params["state"] == "absent":
-        result["file_changed"] = before is not None
-        if before is not None and not module.check_mode:
-            os.unlink(path)
-        result["changed"] = result["file_changed"]
-        if module._diff:
-            result["diff"] = dict(before=before or "", after="", before_header=path, after_header=path)
-        module.exit_json(**result)
-
-    try:
-        desired = sysctl_profile.normalise(params["sysctls"])
-        content = sysctl_profile.render(desired)
-    except ValueError as exc:
-        module.fail_json(msg=f"cannot render the sysctl profile: {exc}; fix the sysctls dict")
-    live = sysctl_profile.read_live(root, desired)
-    drift = sysctl_profile.drift(live, desired)
-    result["drift"] = drift
-    result["file_changed"] = before != content
-    to_apply, skipped = _live_keys(params["apply_live"], container, root, drift)
-    result["not_applied_live"] = [dict(name=k, reason=r) for k, r in skipped]
-
-    if to_apply and container_detection.is_running_system(root):
-        sysctl = module.get_bin_path("sysctl", required=True)
-        if len(to_apply) == len(drift) and not skipped:
-            command = [sysctl, "-p", path]
-        else:
-            command = [sysctl, "-w"] + [f"{k}={desired[k]}" for k in to_apply]
-        result["command"] = command
-
-    if module.check_mode:
-        result["applied_live"] = list(to_apply)
-        result["drift_after"] = {k: v for k, v in drift.items() if k not in to_apply}
-        result["changed"] = result["file_changed"] or bool(to_apply)
-    else:
-        if result["file_changed"]:
-            managed_file.write_atomic(module, path, content, create_parent=True)
-        if to_apply:
-            if result["command"]:
-                rc, out, err = module.run_command(result["command"])
-            else:
-                # apply_live=always under another root (a chroot with its own /proc mounted): write its
-                # /proc/sys directly. sysctl itself would act on the machine running this module.
-                rc, out, err = _write_proc(root, to_apply, desired)
-            result["reloaded"] = True
-            after = sysctl_profile.drift(sysctl_profile.read_live(root, desired), desired)
-            result["drift_after"] = after
-            result["applied_live"] = [k for k in to_apply if k not in after]
-            failed = [k for k in to_apply if k in after]
-            if failed and container is None:
-                module.fail_json(
-                    msg=(
-                        f"sysctl could not set {', '.join(failed)} (rc={rc}); check the key names exist on this "
-                        f"kernel (a missing module?) and the values are valid, or drop them from the profile"
-                    ),
-                    rc=rc,
-                    stdout=out,
-                    stderr=err,
-                    **result,
-                )
-            for key in failed:
-                result["not_applied_live"].append(dict(name=key, reason=f"write refused in container ({container})"))
-            if failed:
-                module.warn(f"sysctl keys not applied live in this container: {', '.join(failed)}")
-        else:
-            result["drift_after"] = drift
-        result["changed"] = result["file_changed"] or bool(result["applied_live"])
-
-    if module._diff:
-        result["diff"] = dict(before=before or "", after=content, before_header=path, after_header=path)
-    module.exit_json(**result)
+    module.exit_json(**sysctl_profile.run(module))
 
 
 if __name__ == "__main__":

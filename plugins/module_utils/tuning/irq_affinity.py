@@ -17,7 +17,10 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_checked
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
+from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import owned_files
 
 _PCI_ADDRESS = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 BOOT_UNIT = "gpuops-irq-affinity.service"
@@ -381,3 +384,187 @@ def boot_files(script_path: str, persist_path: str) -> list:
         {"kind": "unit", "path": unit, "mode": 0o644, "content": render_boot_unit(script_path, persist_path)},
         {"kind": "link", "path": f"{BOOT_WANTS_DIR}/{BOOT_UNIT}", "link": unit},
     ]
+
+
+# ---------------------------------------------------------------- the module's work
+# What gpuops.cluster.irq_affinity passes to AnsibleModule; run() is its work, also runnable as a part
+# (module_utils/module_parts.py).
+MODULE_KWARGS = dict(
+    argument_spec=dict(
+        devices=dict(type="list", elements="str", default=[]),
+        drivers=dict(type="list", elements="str", default=[]),
+        housekeeping_cpus=dict(type="str", default=""),
+        irqbalance=dict(type="str", choices=["leave", "stop", "ban"], default="leave"),
+        irqbalance_config=dict(type="path"),
+        policy_script=dict(type="path", default="/usr/local/sbin/gpuops-irq-affinity"),
+        boot_unit=dict(type="bool", default=False),
+        persist=dict(type="bool", default=True),
+        persist_path=dict(type="path", default="/etc/gpuops/irq-affinity.conf"),
+        apply_live=dict(type="str", choices=list(container_detection.APPLY_LIVE_CHOICES), default="auto"),
+        root=dict(type="path", default="/"),
+    ),
+    supports_check_mode=True,
+)
+
+
+def _systemctl(module, root, *args):
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        return None, None
+    argv = [systemctl]
+    if not container_detection.is_running_system(root):
+        argv.append(f"--root={root}")
+    argv.extend(args)
+    rc, out, _err = module.run_command(argv)
+    return rc, out.strip()
+
+
+def _run(module, argv, what):
+    run_checked(module, argv, what, hint="check the irqbalance unit and rerun")
+
+
+def _irqbalance(module, root, result):
+    policy = module.params["irqbalance"]
+    state = dict(action="none", commands=[])
+    result["irqbalance"] = state
+    if policy == "leave":
+        return False
+    live_root = container_detection.is_running_system(root)
+    systemctl = module.get_bin_path("systemctl")
+    if policy == "stop":
+        if not systemctl:
+            result["not_applied_live"].append(dict(name="irqbalance", reason="systemctl not found"))
+            return False
+        _rc, enabled = _systemctl(module, root, "is-enabled", "irqbalance.service")
+        active = "inactive"
+        if live_root:
+            _rc, active = _systemctl(module, root, "is-active", "irqbalance.service")
+        if enabled not in ("enabled", "enabled-runtime", "static", "alias") and active not in ("active", "activating"):
+            return False
+        argv = [systemctl] + ([] if live_root else [f"--root={root}"]) + ["disable"]
+        argv += ["--now"] if live_root else []
+        argv.append("irqbalance.service")
+        state.update(action="disabled", commands=[argv])
+        if not module.check_mode:
+            _run(module, argv, "disable irqbalance")
+        return True
+    config = module.params["irqbalance_config"]
+    if not config:
+        config = "/etc/default/irqbalance"
+        if not os.path.exists(managed_file.under(root, config)) and os.path.exists(
+            managed_file.under(root, "/etc/sysconfig/irqbalance")
+        ):
+            config = "/etc/sysconfig/irqbalance"
+    path = managed_file.under(root, config)
+    before = managed_file.read_text(path, "")
+    after = edit_irqbalance_args(before, module.params["policy_script"])
+    state["config"] = path
+    if before == after:
+        return False
+    state["action"] = "configured"
+    if module._diff:
+        result["diff"].append(dict(before=before, after=after, before_header=path, after_header=path))
+    if not module.check_mode:
+        managed_file.write_atomic(module, path, after, create_parent=True)
+    if systemctl and live_root:
+        _rc, active = _systemctl(module, root, "is-active", "irqbalance.service")
+        if active == "active":
+            argv = [systemctl, "restart", "irqbalance.service"]
+            state.update(action="restarted", commands=[argv])
+            if not module.check_mode:
+                _run(module, argv, "restart irqbalance")
+    return True
+
+
+def run(module) -> dict:
+    """Everything gpuops.cluster.irq_affinity does after ``AnsibleModule`` and ``use_c_locale``: the result."""
+    params = module.params
+    root = params["root"]
+    try:
+        boot = boot_files(params["policy_script"], params["persist_path"]) if params["boot_unit"] else []
+    except ValueError as exc:
+        module.fail_json(msg=f"{exc}; the boot unit runs it as is")
+    try:
+        housekeeping = parse_cpulist(params["housekeeping_cpus"])
+        addresses = resolve_devices(root, params["devices"], params["drivers"])
+        devices = [read_device(root, a) for a in addresses]
+    except (LookupError, ValueError) as exc:
+        module.fail_json(msg=f"{exc}; check the devices and drivers options against lspci and /sys/class")
+    online = read_online_cpus(root)
+    if not online:
+        module.fail_json(msg=f"no online CPUs under {root}/sys/devices/system/cpu/online; is root right?")
+    try:
+        planned = plan(devices, online, read_nodes(root), housekeeping, read_siblings(root, online))
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    current = read_affinity(root, planned["irqs"])
+    diffs = changes(planned["irqs"], current)
+    container = container_detection.detect(module, root)
+    persist_path = managed_file.under(root, params["persist_path"])
+    result = dict(
+        changed=False,
+        devices=planned["devices"],
+        plan={str(k): format_cpulist(v) for k, v in planned["irqs"].items()},
+        changes={str(k): v for k, v in diffs.items()},
+        applied_live=[],
+        not_applied_live=[],
+        persist_path=persist_path,
+        boot_files=[],
+        changed_unit=False,
+        container=container,
+        diff=[],
+    )
+    changed = False
+    for item in boot:
+        path = managed_file.under(root, item["path"])
+        if item["kind"] == "link":
+            done = owned_files.sync_link(module, path, item["link"], result["diff"])
+        else:
+            done = owned_files.sync_file(module, path, item["content"], item["mode"], result["diff"])
+        if done:
+            changed = True
+            result["boot_files"].append(path)
+            result["changed_unit"] = result["changed_unit"] or item["kind"] == "unit"
+    if params["persist"]:
+        before = managed_file.read_text(persist_path, "")
+        after = render_persist(devices, planned["irqs"])
+        if before != after:
+            changed = True
+            result["diff"].append(
+                dict(before=before, after=after, before_header=persist_path, after_header=persist_path)
+            )
+            if not module.check_mode:
+                managed_file.write_atomic(module, persist_path, after, create_parent=True)
+    reason = container_detection.skip_live_reason(module.params["apply_live"], root, container)
+    for irq, change in diffs.items():
+        if reason:
+            result["not_applied_live"].append(dict(name=f"irq {irq}", reason=reason))
+            continue
+        if module.check_mode:
+            result["applied_live"].append(str(irq))
+            continue
+        target = managed_file.under(root, f"/proc/irq/{irq}/smp_affinity_list")
+        try:
+            with open(target, "w", encoding="utf-8") as handle:
+                handle.write(change["after"] + "\n")
+        except OSError as exc:
+            result["not_applied_live"].append(
+                dict(name=f"irq {irq}", reason=f"kernel refused the write: {exc.strerror}")
+            )
+            continue
+        result["applied_live"].append(str(irq))
+    changed = bool(result["applied_live"]) or changed
+    changed = _irqbalance(module, root, result) or changed
+    if module._diff and diffs:
+        result["diff"].append(
+            dict(
+                before="".join(f"irq {k}: {v['before']}\n" for k, v in diffs.items()),
+                after="".join(f"irq {k}: {v['after']}\n" for k, v in diffs.items()),
+                before_header="/proc/irq/*/smp_affinity_list",
+                after_header="/proc/irq/*/smp_affinity_list",
+            )
+        )
+    if not module._diff:
+        del result["diff"]
+    result["changed"] = changed
+    return result

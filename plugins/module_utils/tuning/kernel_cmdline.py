@@ -11,7 +11,12 @@ that order. Removing ``key`` drops every ``key`` and ``key=...``; removing
 
 from __future__ import annotations
 
+import glob
+import os
 import re
+
+from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_checked
 
 VARIABLE = "GRUB_CMDLINE_LINUX"
 _ASSIGNMENT = re.compile(r"^(?P<lead>\s*(?:export\s+)?)GRUB_CMDLINE_LINUX=(?P<value>.*?)(?P<trail>\s*(?:#.*)?)$")
@@ -211,3 +216,151 @@ def grubby_plan(grubby: str, entries: list, add: list, remove: list) -> list:
     if add:
         argv.append("--args=" + " ".join(add))
     return argv if len(argv) > 2 else []
+
+
+# ---------------------------------------------------------------- the module's work
+# What gpuops.cluster.kernel_cmdline passes to AnsibleModule; run() is its work, also runnable as a part
+# (module_utils/module_parts.py).
+MODULE_KWARGS = dict(
+    argument_spec=dict(
+        args=dict(type="list", elements="str", default=[]),
+        remove_args=dict(type="list", elements="str", default=[]),
+        bootloader=dict(type="str", choices=["auto", "grub_default", "grubby"], default="auto"),
+        grub_file=dict(type="path", default="/etc/default/grub"),
+        apply_live=dict(type="str", choices=list(container_detection.APPLY_LIVE_CHOICES), default="auto"),
+        root=dict(type="path", default="/"),
+    ),
+    supports_check_mode=True,
+)
+
+
+def _live_reason(module, root, container):
+    apply_live = module.params["apply_live"]
+    if apply_live == "never":
+        return "apply_live is never"
+    if not container_detection.is_running_system(root):
+        # update-grub and grubby act on the machine running the module, never on another root.
+        return f"root is {root}, not the running system"
+    if not container_detection.should_apply_live(apply_live, container):
+        return f"in a container ({container})"
+    return None
+
+
+def _grub_default(module, root, add, remove, result, skip_reason):
+    path = os.path.join(root, module.params["grub_file"].lstrip("/"))
+    before = managed_file.read_text(path, "")
+    try:
+        result["args_before"] = parse_grub_default(before)
+        after = edit_grub_default(before, add, remove)
+    except CmdlineError as exc:
+        module.fail_json(msg=f"cannot edit {path}: {exc}")
+    result["args_after"] = parse_grub_default(after)
+    dropins = {}
+    for name in glob.glob(os.path.join(os.path.dirname(path), "grub.d", "*.cfg")):
+        dropins[os.path.basename(name)] = managed_file.read_text(name, "")
+    for name in overriding_dropins(dropins):
+        module.warn(f"grub.d/{name} reassigns GRUB_CMDLINE_LINUX and may override these arguments; review it")
+    changed = before != after
+    if changed:
+        command = []
+        if skip_reason:
+            result["not_applied_live"].append(dict(name="update-grub", reason=skip_reason))
+        else:
+            update = module.get_bin_path("update-grub")
+            mkconfig = module.get_bin_path("grub2-mkconfig") or module.get_bin_path("grub-mkconfig")
+            if update:
+                command = [update]
+            elif mkconfig:
+                target = "/boot/grub2/grub.cfg" if "grub2" in os.path.basename(mkconfig) else "/boot/grub/grub.cfg"
+                command = [mkconfig, "-o", target]
+            else:
+                module.fail_json(
+                    msg="neither update-grub nor grub-mkconfig is installed: install grub2-common, "
+                    "or set apply_live=never to only edit the grub file",
+                    **result,
+                )
+        result["command"] = command
+        if not module.check_mode:
+            managed_file.write_atomic(module, path, after, mode=None, create_parent=True)
+            if command:
+                rc, out, err = module.run_command(command)
+                if rc != 0:
+                    module.fail_json(
+                        msg=f"{' '.join(command)} failed (rc={rc}); {path} is already edited: fix the grub "
+                        "configuration and rerun",
+                        rc=rc,
+                        stdout=out,
+                        stderr=err,
+                        **result,
+                    )
+    if module._diff:
+        result["diff"] = dict(before=before, after=after, before_header=path, after_header=path)
+    return changed
+
+
+def _grubby(module, root, add, remove, result, skip_reason):
+    if not container_detection.is_running_system(root):
+        module.fail_json(
+            msg=f"bootloader=grubby reads the running system's /boot, not {root}; use root / or grub_default"
+        )
+    grubby = module.get_bin_path("grubby", required=True)
+    out, _err = run_checked(module, [grubby, "--info=ALL"], "list the boot entries", hint="check /boot/loader/entries")
+    entries = parse_grubby_info(out)
+    if not entries:
+        module.fail_json(
+            msg="grubby lists no boot entries; install a kernel or use bootloader=grub_default", stdout=out
+        )
+    result["args_before"] = list(entries[0]["args"])
+    result["args_after"] = apply_changes(entries[0]["args"], add, remove)
+    command = grubby_plan(grubby, entries, add, remove)
+    if module._diff:
+        result["diff"] = dict(
+            before="".join(f"{e['kernel']}: {' '.join(e['args'])}\n" for e in entries),
+            after="".join(f"{e['kernel']}: {' '.join(apply_changes(e['args'], add, remove))}\n" for e in entries),
+        )
+    if not command:
+        return False
+    if skip_reason:
+        result["not_applied_live"].append(dict(name="grubby", reason=skip_reason))
+        return False
+    result["command"] = command
+    if not module.check_mode:
+        run_checked(module, command, "change the kernel arguments", hint="check the arguments and /boot")
+    return True
+
+
+def run(module) -> dict:
+    """Everything gpuops.cluster.kernel_cmdline does after ``AnsibleModule`` and ``use_c_locale``: the result."""
+    root = module.params["root"]
+    try:
+        add = validate_args(module.params["args"])
+        remove = validate_args(module.params["remove_args"])
+    except CmdlineError as exc:
+        module.fail_json(msg=str(exc))
+    both = {arg_key(a) for a in add} & {a for a in remove if "=" not in a}
+    if both:
+        module.fail_json(msg=f"{', '.join(sorted(both))} is both added and removed; keep it in one list")
+    container = container_detection.detect(module, root)
+    bootloader = module.params["bootloader"]
+    if bootloader == "auto":
+        has_bls = os.path.isdir(os.path.join(root, "boot", "loader", "entries"))
+        bootloader = "grubby" if has_bls and module.get_bin_path("grubby") else "grub_default"
+    running = parse_proc_cmdline(managed_file.read_text(os.path.join(root, "proc", "cmdline"), ""))
+    result = dict(
+        changed=False,
+        bootloader=bootloader,
+        args_before=[],
+        args_after=[],
+        running=running,
+        command=[],
+        not_applied_live=[],
+        container=container,
+    )
+    skip_reason = _live_reason(module, root, container)
+    if bootloader == "grubby":
+        result["changed"] = _grubby(module, root, add, remove, result, skip_reason)
+    else:
+        result["changed"] = _grub_default(module, root, add, remove, result, skip_reason)
+    result["pending_reboot"] = pending(running, add, remove)
+    result["reboot_required"] = bool(result["pending_reboot"])
+    return result

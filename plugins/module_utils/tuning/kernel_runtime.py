@@ -7,6 +7,10 @@ returns the writes to make; :func:`render_tmpfiles` renders the systemd-tmpfiles
 ``w`` lines that re-apply the same writes at every boot. The three areas (thp,
 hugepages, governor) can share one drop-in: :func:`area_of` and
 :func:`changed_areas` say which of them a run changed.
+
+``MODULE_KWARGS`` and :func:`run` are the module ``kernel_runtime`` itself (its ``AnsibleModule``
+arguments and its work), so the same work can also run as a part of another module
+(see ``module_parts``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import glob
 import os
 import re
 
+from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
 
 THP_DIR = "sys/kernel/mm/transparent_hugepage"
@@ -178,3 +183,120 @@ def changed_areas(before, after, removed=(), written=()) -> list:
         areas.update(persisted_by_area(text))
     areas.update(area_of(path) for path in written)
     return [area for area in AREAS if area in areas] + sorted(areas - set(AREAS))
+
+
+# ------------------------------------------------------------------ the module's work
+MODULE_KWARGS = dict(
+    argument_spec=dict(
+        name=dict(type="str", default="gpuops-kernel-runtime"),
+        thp_enabled=dict(type="str", choices=list(THP_ENABLED)),
+        thp_defrag=dict(type="str", choices=list(THP_DEFRAG)),
+        hugepages=dict(type="int"),
+        hugepages_per_node=dict(type="dict"),
+        hugepage_size_kb=dict(type="int", default=2048),
+        governor=dict(type="str"),
+        replaces=dict(type="list", elements="str", default=[]),
+        persist=dict(type="bool", default=True),
+        apply_live=dict(type="str", choices=list(container_detection.APPLY_LIVE_CHOICES), default="auto"),
+        root=dict(type="path", default="/"),
+    ),
+    mutually_exclusive=[("hugepages", "hugepages_per_node")],
+    supports_check_mode=True,
+)
+
+
+def run(module) -> dict:
+    """What the module does on ``module`` (an ``AnsibleModule`` or a ``module_parts.Part``).
+
+    Returns the module's result (``changed`` and ``diff`` included); errors go to ``module.fail_json``.
+    """
+    params = module.params
+    root = params["root"]
+    for name in [params["name"]] + params["replaces"]:
+        if not name or "/" in name:
+            module.fail_json(msg=f"name {name!r} must be a plain file name without .conf")
+    if params["name"] in params["replaces"]:
+        module.fail_json(msg=f"replaces lists {params['name']!r}, the drop-in this call writes; drop it from replaces")
+    size = params["hugepage_size_kb"]
+    current = {
+        "thp": read_thp(root),
+        "hugepages": read_hugepages(root, size),
+        "governors": read_governors(root) if params["governor"] else {},
+    }
+    try:
+        decided = plan(current, params)
+    except (ValueError, TypeError) as exc:
+        module.fail_json(msg=f"{exc}; fix the module arguments")
+    container = container_detection.detect(module, root)
+    path = os.path.join(root, "etc", "tmpfiles.d", params["name"] + ".conf")
+    result = dict(
+        changed=False,
+        path=path,
+        drift={f"/{w['path']}": dict(live=w["before"], desired=w["after"]) for w in decided["writes"]},
+        applied_live=[],
+        not_applied_live=list(decided["unavailable"]),
+        file_changed=False,
+        container=container,
+    )
+    before = managed_file.read_text(path)
+    after = render_tmpfiles(decided["persist"]) if decided["persist"] else None
+    removed = {}
+    if params["persist"]:
+        result["file_changed"] = before != after
+        if result["file_changed"] and not module.check_mode:
+            if after is None:
+                os.unlink(path)
+            else:
+                managed_file.write_atomic(module, path, after, create_parent=True)
+        for name in params["replaces"]:
+            old = os.path.join(root, "etc", "tmpfiles.d", name + ".conf")
+            text = managed_file.read_text(old)
+            if is_managed(text):
+                removed[old] = text
+                if not module.check_mode:
+                    os.unlink(old)
+    result["removed"] = list(removed)
+    reason = container_detection.skip_live_reason(module.params["apply_live"], root, container)
+    for write in decided["writes"]:
+        shown = f"/{write['path']}"
+        if reason:
+            if dict(name=write["knob"], reason=reason) not in result["not_applied_live"]:
+                result["not_applied_live"].append(dict(name=write["knob"], reason=reason))
+            continue
+        if module.check_mode:
+            result["applied_live"].append(shown)
+            continue
+        target = os.path.join(root, write["path"])
+        try:
+            with open(target, "w", encoding="utf-8") as handle:
+                handle.write(write["after"] + "\n")
+        except OSError as exc:
+            result["not_applied_live"].append(
+                dict(name=write["knob"], reason=f"kernel refused the write: {exc.strerror}")
+            )
+            continue
+        result["applied_live"].append(shown)
+        now = parse_selected((managed_file.read_text(target) or "").strip())
+        if write["knob"].startswith("hugepages") and now != write["after"]:
+            result["not_applied_live"].append(
+                dict(
+                    name=write["knob"], reason=f"kernel allocated {now} of {write['after']} pages (memory fragmented?)"
+                )
+            )
+    written = [w["path"] for w in decided["writes"] if f"/{w['path']}" in result["applied_live"]]
+    result["changed_areas"] = changed_areas(
+        before if result["file_changed"] else after, after, removed.values(), written
+    )
+    result["changed"] = result["file_changed"] or bool(result["applied_live"]) or bool(removed)
+    if module._diff:
+        result["diff"] = [
+            dict(before=before or "", after=after or "", before_header=path, after_header=path),
+            *(dict(before=text, after="", before_header=old, after_header=old) for old, text in removed.items()),
+            dict(
+                before="".join(f"/{w['path']}: {w['before']}\n" for w in decided["writes"]),
+                after="".join(f"/{w['path']}: {w['after']}\n" for w in decided["writes"]),
+                before_header="sysfs",
+                after_header="sysfs",
+            ),
+        ]
+    return result

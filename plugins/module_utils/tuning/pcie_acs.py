@@ -5,11 +5,17 @@
 ACS redirection (ReqRedir, CmpltRedir, SrcValid, UpstreamFwd) on a switch port sends peer-to-peer
 traffic through the root complex, which breaks or slows GPUDirect P2P and RDMA between a GPU
 and a NIC under the same switch.
+
+The module's work is :data:`MODULE_KWARGS` and :func:`run` (see ``module_parts``), so it can
+also run as a part of another module.
 """
 
 from __future__ import annotations
 
 import re
+
+from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_checked
 
 REDIRECT_FLAGS = ("SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd")
 _HEAD = re.compile(r"^(?P<address>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<desc>.*)$")
@@ -42,3 +48,44 @@ def enabled(devices: list) -> list:
 def disable_argv(setpci: str, address: str) -> list:
     """The setpci argv that clears the ACS control register of one device (runtime only)."""
     return [setpci, "-s", address, "ECAP_ACS+0x6.w=0000"]
+
+
+MODULE_KWARGS = dict(
+    argument_spec=dict(
+        state=dict(type="str", choices=["report", "disabled"], default="report"),
+        devices=dict(type="list", elements="str", default=[]),
+        apply_live=dict(type="str", choices=list(container_detection.APPLY_LIVE_CHOICES), default="auto"),
+    ),
+    supports_check_mode=True,
+)
+
+
+def run(module) -> dict:
+    """The pcie_acs module's work on ``module`` (an AnsibleModule or a part): its result dict."""
+    container = container_detection.detect(module, "/")
+    result = dict(changed=False, devices=[], enabled=[], commands=[], not_applied_live=[], container=container)
+    lspci = module.get_bin_path("lspci")
+    if not lspci:
+        module.warn("lspci not found: install pciutils to report PCIe ACS")
+        return result
+    out, _err = run_checked(module, [lspci, "-D", "-vvv"], "list the PCI devices", hint="check pciutils")
+    devices = parse_lspci(out)
+    result["devices"] = devices
+    result["enabled"] = enabled(devices)
+    if module.params["state"] == "report":
+        return result
+    targets = [a for a in result["enabled"] if not module.params["devices"] or a in module.params["devices"]]
+    apply_live = module.params["apply_live"]
+    if not targets:
+        return result
+    if apply_live == "never" or not container_detection.should_apply_live(apply_live, container):
+        reason = "apply_live is never" if apply_live == "never" else f"in a container ({container})"
+        result["not_applied_live"] = [dict(name=f"acs {a}", reason=reason) for a in targets]
+        return result
+    setpci = module.get_bin_path("setpci", required=True)
+    result["commands"] = [disable_argv(setpci, a) for a in targets]
+    result["changed"] = True
+    if not module.check_mode:
+        for address, argv in zip(targets, result["commands"]):
+            run_checked(module, argv, f"disable ACS on {address}", hint="run as root")
+    return result

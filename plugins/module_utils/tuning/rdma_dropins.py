@@ -5,9 +5,15 @@
 Pure renderers: :func:`plan` returns the files for the areas asked for, each
 ``{'area', 'path', 'content'}`` with the path as on the node. The content is
 what the kernel_tuning role's templates rendered, byte for byte.
+
+The module's work is :data:`MODULE_KWARGS` and :func:`run` (see ``module_parts``), so it can
+also run as a part of another module.
 """
 
 from __future__ import annotations
+
+from ansible_collections.gpuops.cluster.plugins.module_utils import managed_file
+from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import owned_files
 
 LIMITS_PATH = "/etc/security/limits.d/90-gpuops-memlock.conf"
 SYSTEMD_PATH = "/etc/systemd/system.conf.d/90-gpuops-memlock.conf"
@@ -71,3 +77,41 @@ def plan(memlock_limit=None, peermem=False) -> list:
     if peermem:
         files.append({"area": "peermem", "path": PEERMEM_PATH, "content": render_peermem()})
     return files
+
+
+MODULE_KWARGS = dict(
+    argument_spec=dict(
+        memlock_limit=dict(type="str"),
+        peermem=dict(type="bool", default=False),
+        root=dict(type="path", default="/"),
+    ),
+    supports_check_mode=True,
+)
+
+
+def run(module) -> dict:
+    """The rdma_dropins module's work on ``module`` (an AnsibleModule or a part): its result dict."""
+    params = module.params
+    try:
+        planned = plan(params["memlock_limit"], params["peermem"])
+    except ValueError as exc:
+        module.fail_json(msg=f"{exc}; fix the module arguments")
+    diff = [] if module._diff else None
+    result = dict(
+        changed=False,
+        files=[],
+        changed_files=[],
+        changed_limits=False,
+        changed_systemd=False,
+        changed_peermem=False,
+    )
+    for item in planned:
+        path = managed_file.under(params["root"], item["path"])
+        result["files"].append(path)
+        if owned_files.sync_file(module, path, item["content"], 0o644, diff):
+            result["changed_files"].append(path)
+            result[f"changed_{item['area']}"] = True
+    result["changed"] = bool(result["changed_files"])
+    if diff is not None:
+        result["diff"] = diff
+    return result

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
+from ansible_collections.gpuops.cluster.plugins.module_utils.module_parts import Part, PartFailed, validate
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import irq_affinity as ia
 from ansible_collections.gpuops.cluster.plugins.modules import irq_affinity as module
+
+from tests.unit.module_harness import FakeCommands, ModuleHarness, set_module_args
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "sysfs"
 
@@ -337,3 +343,30 @@ def test_module_refuses_a_directory_where_the_link_goes(make_tree, run_module):
     result = run_module(module, boot_args(root))
     assert result["_failed"] is True
     assert "is a directory" in result["msg"]
+
+
+# ------------------------------------------------------------------ as a part of another module
+def test_run_as_a_part_returns_what_the_module_returns(make_tree, monkeypatch):
+    root, _unused = make_tree("one_socket")
+    (root / "etc/sysconfig").mkdir(parents=True)
+    (root / "etc/sysconfig/irqbalance").write_text('IRQBALANCE_ARGS=""\n')
+    options = dict(boot_args(root), drivers=["mlx5_core", "nvidia"], housekeeping_cpus="0", irqbalance="ban")
+    harness = ModuleHarness(
+        monkeypatch, commands=FakeCommands(default=(0, "", "")), bins={"systemctl": "/bin/systemctl"}
+    )
+    expected = harness.run(module, options, check_mode=True, diff=True)
+    assert expected["changed"] is True
+    assert expected["irqbalance"]["action"] == "configured"
+
+    params, errors = validate(ia.MODULE_KWARGS, options)
+    assert errors == []
+    with set_module_args({}, check_mode=True, diff=True):
+        host = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    use_c_locale(host)
+    assert json.loads(json.dumps(ia.run(Part(host, params)))) == expected
+    assert not (root / "etc/gpuops/irq-affinity.conf").exists(), "the part ran in the host's check mode"
+
+    bad = {"devices": ["eth7"], "root": str(root)}
+    with pytest.raises(PartFailed) as failed:
+        ia.run(Part(host, validate(ia.MODULE_KWARGS, bad)[0]))
+    assert failed.value.msg == harness.fail(module, bad)["msg"]

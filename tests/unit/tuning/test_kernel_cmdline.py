@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
+from ansible_collections.gpuops.cluster.plugins.module_utils.module_parts import Part, PartFailed, validate
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import kernel_cmdline as kc
 from ansible_collections.gpuops.cluster.plugins.modules import kernel_cmdline as module
+
+from tests.unit.module_harness import FakeCommands, ModuleHarness, set_module_args
 
 GRUB = """# If you change this file, run 'update-grub' afterwards.
 GRUB_DEFAULT=0
@@ -198,3 +205,30 @@ def test_module_never_runs_bootloader_commands_under_another_root(make_tree, run
     grubby = run_module(module, dict(args, bootloader="grubby"), bins={"grubby": "/usr/sbin/grubby"})
     assert grubby["_failed"] is True
     assert grubby["_commands"] == []
+
+
+# ------------------------------------------------------------------ as a part of another module
+def test_run_as_a_part_returns_what_the_module_returns(make_tree, monkeypatch, as_running_system):
+    root, _unused = make_tree("one_socket")
+    (root / "boot/loader/entries").mkdir(parents=True)
+    options = {"args": ["iommu=pt"], "remove_args": ["rhgb"], "root": str(root), "apply_live": "always"}
+    commands = FakeCommands({"grubby --info=ALL": GRUBBY_INFO})
+    harness = ModuleHarness(monkeypatch, commands=commands, bins={"grubby": "/usr/sbin/grubby"})
+    expected = harness.run(module, options, check_mode=True, diff=True)
+    assert expected["changed"] is True
+    assert expected["bootloader"] == "grubby"
+    module_calls = list(commands.calls)
+
+    params, errors = validate(kc.MODULE_KWARGS, options)
+    assert errors == []
+    with set_module_args({}, check_mode=True, diff=True):
+        host = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    use_c_locale(host)
+    commands.calls.clear()
+    assert json.loads(json.dumps(kc.run(Part(host, params)))) == expected
+    assert commands.calls == module_calls == [["/usr/sbin/grubby", "--info=ALL"]]
+
+    both = dict(options, remove_args=["iommu"])
+    with pytest.raises(PartFailed) as failed:
+        kc.run(Part(host, validate(kc.MODULE_KWARGS, both)[0]))
+    assert failed.value.msg == harness.fail(module, both)["msg"]

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
+from ansible.module_utils import basic
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
+from ansible_collections.gpuops.cluster.plugins.module_utils.module_parts import Part, PartFailed, validate
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import kernel_runtime as kr
 from ansible_collections.gpuops.cluster.plugins.modules import kernel_runtime as module
+
+from tests.unit.module_harness import ModuleHarness, set_module_args
 
 
 def current(root, governors=True):
@@ -260,3 +268,31 @@ def test_module_rejects_replacing_itself(make_tree, run_module):
     assert "replaces" in result["msg"]
     result = run_module(module, {"replaces": ["../x"], "root": str(root)})
     assert result["_failed"] is True
+
+
+def test_run_as_a_part_returns_what_the_module_returns(make_tree, run_module, monkeypatch):
+    """kr.run on a module_parts.Part over a real AnsibleModule: the same result as the module; fail_json raises."""
+    root, _unused = make_tree("one_socket")
+    tmpfiles = root / "etc/tmpfiles.d"
+    tmpfiles.mkdir(parents=True)
+    (tmpfiles / "gpuops-thp.conf").write_text(kr.render_tmpfiles([("sys/kernel/mm/transparent_hugepage/enabled", "x")]))
+    options = dict(THREE_AREAS, root=str(root))
+    ModuleHarness(monkeypatch)
+    with set_module_args({}, diff=True):
+        execution = use_c_locale(basic.AnsibleModule(argument_spec={}, supports_check_mode=True))
+    params, errors = validate(kr.MODULE_KWARGS, options)
+    assert errors == []
+    as_part = json.loads(json.dumps(kr.run(Part(execution, params))))
+    assert as_part["changed"] is True
+    assert as_part["removed"] == [str(tmpfiles / "gpuops-thp.conf")]
+    with pytest.raises(PartFailed, match="replaces"):
+        kr.run(Part(execution, validate(kr.MODULE_KWARGS, {"name": "a", "replaces": ["a"], "root": str(root)})[0]))
+
+    shutil.rmtree(root)
+    root, _unused = make_tree("one_socket")  # the same tree again, at the same path
+    tmpfiles.mkdir(parents=True)
+    (tmpfiles / "gpuops-thp.conf").write_text(kr.render_tmpfiles([("sys/kernel/mm/transparent_hugepage/enabled", "x")]))
+    as_module = run_module(module, options, diff=True)
+    assert as_module.pop("_failed") is False
+    assert as_module.pop("_commands") == []
+    assert as_part == as_module

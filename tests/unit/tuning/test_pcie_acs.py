@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
+from ansible_collections.gpuops.cluster.plugins.module_utils.module_parts import Part, validate
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import pcie_acs
 from ansible_collections.gpuops.cluster.plugins.modules import pcie_acs as module
+
+from tests.unit.module_harness import FakeCommands, ModuleHarness, set_module_args
 
 LSPCI = """0000:15:01.0 PCI bridge: Broadcom / LSI PEX890xx PCIe Gen 5 Switch (rev b0) (prog-if 00 [Normal decode])
 \tControl: I/O+ Mem+ BusMaster+ SpecCycle- MemWINV- VGASnoop- ParErr+ Stepping- SERR+ FastB2B- DisINTx+
@@ -67,3 +75,23 @@ def test_module_without_lspci_warns(run_module):
     result = run_module(module, {}, bins={})
     assert result["devices"] == []
     assert result["_commands"] == []
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+@pytest.mark.parametrize(
+    "args",
+    [{}, {"state": "disabled", "apply_live": "always"}, {"state": "disabled", "apply_live": "never"}],
+)
+def test_run_as_a_part_returns_what_the_module_returns(monkeypatch, run_module, args, check_mode):
+    bins = {"lspci": "/usr/bin/lspci", "setpci": "/usr/bin/setpci"}
+    expected = run_module(module, args, run_command=lspci, bins=bins, check_mode=check_mode)
+    commands = FakeCommands(fallback=lspci, default=(0, "", ""))
+    ModuleHarness(monkeypatch, commands=commands, bins=bins)
+    with set_module_args({}, check_mode=check_mode):
+        outer = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    use_c_locale(outer)
+    params, errors = validate(pcie_acs.MODULE_KWARGS, args)
+    assert errors == []
+    result = json.loads(json.dumps(pcie_acs.run(Part(outer, params))))
+    assert result == {key: value for key, value in expected.items() if not key.startswith("_")}
+    assert commands.calls == expected["_commands"]

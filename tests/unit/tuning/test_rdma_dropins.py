@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import stat
 
 import pytest
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
+from ansible_collections.gpuops.cluster.plugins.module_utils.module_parts import Part, PartFailed, validate
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import rdma_dropins as rd
 from ansible_collections.gpuops.cluster.plugins.modules import rdma_dropins as module
+
+from tests.unit.module_harness import ModuleHarness, set_module_args
 
 # sha256 of what the role's templates (limits-memlock.conf.j2, systemd-memlock.conf.j2) rendered: nodes that
 # ran the template tasks see no change when the module takes over.
@@ -129,3 +135,29 @@ def test_module_replaces_a_symlink_with_a_file(tmp_path, run_module):
     assert result["changed_peermem"] is True
     assert not (tmp_path / PEERMEM).is_symlink()
     assert elsewhere.read_text() == "x\n"
+
+
+def run_part(monkeypatch, options, check_mode=False, diff=False):
+    """``rd.run`` as a part of another module: a real AnsibleModule of its own, the part's params validated."""
+    ModuleHarness(monkeypatch)
+    with set_module_args({}, check_mode=check_mode, diff=diff):
+        outer = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    use_c_locale(outer)
+    params, errors = validate(rd.MODULE_KWARGS, options)
+    assert errors == []
+    return json.loads(json.dumps(rd.run(Part(outer, params))))
+
+
+def test_run_as_a_part_returns_what_the_module_returns(tmp_path, monkeypatch, run_module):
+    args = {"memlock_limit": "unlimited", "peermem": True, "root": str(tmp_path)}
+    expected = run_module(module, args, check_mode=True, diff=True)
+    assert run_part(monkeypatch, args, check_mode=True, diff=True) == {
+        key: value for key, value in expected.items() if not key.startswith("_")
+    }
+    assert list(tmp_path.iterdir()) == []
+    written = run_part(monkeypatch, args)
+    assert written["changed_files"] == expected["changed_files"]
+    assert "diff" not in written
+    assert run_module(module, args)["changed"] is False
+    with pytest.raises(PartFailed, match="unlimited or a number of kB"):
+        run_part(monkeypatch, dict(args, memlock_limit="lots"))

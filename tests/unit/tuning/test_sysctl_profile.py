@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
+from ansible.module_utils import basic
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
+from ansible_collections.gpuops.cluster.plugins.module_utils.module_parts import Part, validate
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import sysctl_profile as sp
 from ansible_collections.gpuops.cluster.plugins.modules import sysctl_profile as module
+
+from tests.unit.module_harness import FakeCommands, ModuleHarness, set_module_args
 
 PROFILE = {
     "kernel.numa_balancing": 0,
@@ -183,13 +190,13 @@ def test_module_in_container_applies_only_namespaced_keys(make_tree, run_module)
 
 def test_live_split_in_container():
     drifting = {"vm.swappiness": {}, "net.ipv4.tcp_rmem": {}, "net.core.rmem_max": {}}
-    apply, skipped = module._live_keys("auto", "podman", "/", drifting)
+    apply, skipped = sp._live_keys("auto", "podman", "/", drifting)
     assert apply == ["net.ipv4.tcp_rmem"]
     assert sorted(k for k, _unused in skipped) == ["net.core.rmem_max", "vm.swappiness"]
-    apply, skipped = module._live_keys("always", "podman", "/", drifting)
+    apply, skipped = sp._live_keys("always", "podman", "/", drifting)
     assert sorted(apply) == sorted(drifting)
     assert skipped == []
-    apply, skipped = module._live_keys("auto", None, "/", drifting)
+    apply, skipped = sp._live_keys("auto", None, "/", drifting)
     assert sorted(apply) == sorted(drifting)
 
 
@@ -235,3 +242,26 @@ def test_module_never_runs_sysctl_under_another_root(make_tree, run_module):
     assert result["drift_after"] == {}
     assert (root / "proc/sys/vm/swappiness").read_text().strip() == "1"
     assert (root / "proc/sys/net/ipv4/tcp_rmem").read_text().strip() == "4096 87380 134217728"
+
+
+def test_run_as_a_part_returns_what_the_module_returns(make_tree, run_module, as_running_system, monkeypatch):
+    """sp.run on a module_parts.Part over a real AnsibleModule: the same result, and the same one reload."""
+    root, _unused = make_tree("two_socket")
+    options = args(root, sysctls={"vm.swappiness": 1, "net.ipv4.tcp_rmem": [4096, 87380, 134217728]})
+    bins = {"sysctl": "/usr/sbin/sysctl"}
+    commands = FakeCommands(fallback=fake_sysctl(root))
+    ModuleHarness(monkeypatch, commands=commands, bins=bins)
+    with set_module_args({}, diff=True):
+        execution = use_c_locale(basic.AnsibleModule(argument_spec={}, supports_check_mode=True))
+    params, errors = validate(sp.MODULE_KWARGS, options)
+    assert errors == []
+    as_part = json.loads(json.dumps(sp.run(Part(execution, params))))
+    assert as_part["changed"] is True
+    assert commands.calls == [["/usr/sbin/sysctl", "-p", as_part["path"]]]
+
+    shutil.rmtree(root)
+    root, _unused = make_tree("two_socket")  # the same tree again, at the same path
+    as_module = run_module(module, options, run_command=fake_sysctl(root), bins=bins, diff=True)
+    assert as_module.pop("_commands") == commands.calls
+    assert as_module.pop("_failed") is False
+    assert as_part == as_module
