@@ -160,6 +160,8 @@ def test_dcgm_host_engine_runs_when_requested(host, report):
 
 
 def test_nouveau_is_blacklisted(host):
-    conf = host.file("/etc/modprobe.d/gpuops-blacklist-nouveau.conf").content_string
+    blacklist = host.file("/etc/modprobe.d/gpuops-blacklist-nouveau.conf")
+    assert (blacklist.mode, blacklist.user, blacklist.group) == (0o644, "root", "root")
+    conf = blacklist.content_string
     assert "blacklist nouveau" in conf
     assert "options nouveau modeset=0" in conf
