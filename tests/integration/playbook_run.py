@@ -41,6 +41,8 @@ CONTROLLER_ONLY = frozenset(
         "ansible.builtin.validate_argument_spec",
         "ansible.builtin.add_host",
         "ansible.builtin.group_by",
+        # The collection's report writer never starts a module (it runs in the controller's process).
+        "gpuops.cluster.controller_report",
         "include_vars",
         "validate_argument_spec",
         "set_fact",
