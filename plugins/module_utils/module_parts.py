@@ -12,11 +12,12 @@ module_utils as two names:
   ``module.fail_json`` on an error).
 
 The module itself is then ``module = AnsibleModule(**MODULE_KWARGS); use_c_locale(module);
-module.exit_json(**run(module))``. A module that runs several parts (``node_tuning``) validates
-every part's options first with :func:`validate`, then runs each ``run`` on a :class:`Part`: the
-part's own ``params`` over the one ``AnsibleModule`` of the execution (its ``run_command`` in the
-C locale, check mode, diff mode, ``atomic_move``, warnings), with ``fail_json`` raising
-:class:`PartFailed` so the caller says which part failed and what the parts before it did.
+module.exit_json(**run(module))``. A module that runs several parts (``node_tuning``,
+``node_stack``) has one ``dict`` option per part and calls :func:`run_parts`: every part's options
+are checked first with :func:`validate`, then each ``run`` gets a :class:`Part`: the part's own
+``params`` over the one ``AnsibleModule`` of the execution (its ``run_command`` in the C locale,
+check mode, diff mode, ``atomic_move``, warnings), with ``fail_json`` raising :class:`PartFailed`
+so the result says which part failed and what the parts before it did.
 """
 
 from __future__ import annotations
@@ -68,3 +69,49 @@ class Part:
     def __getattr__(self, name):
         # check_mode, _diff, run_command, get_bin_path, atomic_move, tmpdir, warn: the execution's own.
         return getattr(self._module, name)
+
+
+def part_options(parts):
+    """The argument spec of a module running ``parts`` (name -> module_utils with MODULE_KWARGS and run)."""
+    return {name: dict(type="dict") for name in parts}
+
+
+def run_parts(module, parts):
+    """Run the parts ``module.params`` asks for, in the order of ``parts``; ends the module.
+
+    Nothing runs when any part's options are wrong. The result has ``results`` (each part's own result,
+    without its diff), ``changed_parts`` and, in diff mode, every part's diff entries in order. A part's
+    failure ends the run with ``failed_part``, its message prefixed with the part's name, its own
+    return values, and the results of the parts before it.
+    """
+    asked = [name for name in parts if module.params.get(name) is not None]
+    params, problems = {}, []
+    for name in asked:
+        params[name], errors = validate(parts[name].MODULE_KWARGS, module.params[name])
+        problems.extend(f"{name}: {error}" for error in errors)
+    if problems:
+        module.fail_json(msg="; ".join(problems) + ". Nothing was changed.", results={}, changed_parts=[])
+    results, diffs = {}, []
+    for name in asked:
+        try:
+            result = parts[name].run(Part(module, params[name]))
+        except PartFailed as failure:
+            changed = [part for part, done in results.items() if done.get("changed")]
+            failed = dict(failure.result)
+            failed.update(
+                msg=f"{name}: {failure.msg}",
+                failed_part=name,
+                results=results,
+                changed_parts=changed,
+                changed=bool(changed),
+            )
+            module.fail_json(**failed)
+        diff = result.pop("diff", None)
+        if diff:
+            diffs.extend(diff if isinstance(diff, list) else [diff])
+        results[name] = result
+    changed = [name for name, result in results.items() if result.get("changed")]
+    outcome = dict(changed=bool(changed), changed_parts=changed, results=results)
+    if module._diff and diffs:
+        outcome["diff"] = diffs
+    module.exit_json(**outcome)

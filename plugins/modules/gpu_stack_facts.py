@@ -322,12 +322,7 @@ def main():
                 "type": "list",
                 "elements": "dict",
                 "default": [],
-                "options": {
-                    "name": {"type": "str", "required": True},
-                    "version": {"type": "str", "required": True},
-                    "component": {"type": "str", "default": ""},
-                    "spec": {"type": "str"},
-                },
+                "options": stack_facts.PACKAGE_OPTIONS,
             },
             "packages": {"type": "list", "elements": "str", "default": []},
             "loaded_version_path": {"type": "path", "default": "/proc/driver/nvidia/version"},

@@ -12,15 +12,8 @@ version_added: 0.1.0
 description:
   - Runs the work of M(gpuops.cluster.sysctl_profile), M(gpuops.cluster.kernel_runtime),
     M(gpuops.cluster.irq_affinity), M(gpuops.cluster.kernel_cmdline), M(gpuops.cluster.rdma_dropins) and
-    M(gpuops.cluster.pcie_acs) in one Python process on the node, in that order. Each option is the options of
-    the module of the same name, checked against that module's own argument spec; an option left out (or null)
-    does not run that module.
-  - The same code as each module runs, with the same results, check mode and diff mode. What changes is the
-    cost, one remote execution instead of up to six; the C(kernel_tuning) role calls this module.
-  - Every part's options are checked before the first part runs. A part's bad option fails the call with the
-    part named, and nothing changes.
-  - A part that fails stops the call. The parts before it have run (as separate tasks would have), and
-    their results are returned with the failure.
+    M(gpuops.cluster.pcie_acs) in one Python process on the node, in that order.
+  - The C(kernel_tuning) role calls this module, one remote execution instead of up to six.
 author:
   - gpuops.cluster maintainers (@gpuops)
 options:
@@ -44,12 +37,7 @@ options:
     type: dict
 extends_documentation_fragment:
   - gpuops.cluster.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-    details: The diff entries of every part, in order.
+  - gpuops.cluster.module_parts
 seealso:
   - module: gpuops.cluster.sysctl_profile
   - module: gpuops.cluster.kernel_runtime
@@ -101,7 +89,7 @@ failed_part:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
-from ansible_collections.gpuops.cluster.plugins.module_utils.module_parts import Part, PartFailed, validate
+from ansible_collections.gpuops.cluster.plugins.module_utils.module_parts import part_options, run_parts
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import (
     irq_affinity,
     kernel_cmdline,
@@ -123,42 +111,9 @@ PARTS = {
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec={name: dict(type="dict") for name in PARTS},
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=part_options(PARTS), supports_check_mode=True)
     use_c_locale(module)
-    asked = [name for name in PARTS if module.params[name] is not None]
-    params, problems = {}, []
-    for name in asked:
-        params[name], errors = validate(PARTS[name].MODULE_KWARGS, module.params[name])
-        problems.extend(f"{name}: {error}" for error in errors)
-    if problems:
-        module.fail_json(msg="; ".join(problems) + ". Nothing was changed.", results={}, changed_parts=[])
-    results, diffs = {}, []
-    for name in asked:
-        try:
-            result = PARTS[name].run(Part(module, params[name]))
-        except PartFailed as failure:
-            changed = [part for part, done in results.items() if done.get("changed")]
-            failed = dict(failure.result)
-            failed.update(
-                msg=f"{name}: {failure.msg}",
-                failed_part=name,
-                results=results,
-                changed_parts=changed,
-                changed=bool(changed),
-            )
-            module.fail_json(**failed)
-        diff = result.pop("diff", None)
-        if diff:
-            diffs.extend(diff if isinstance(diff, list) else [diff])
-        results[name] = result
-    changed = [name for name, result in results.items() if result.get("changed")]
-    outcome = dict(changed=bool(changed), changed_parts=changed, results=results)
-    if module._diff and diffs:
-        outcome["diff"] = diffs
-    module.exit_json(**outcome)
+    run_parts(module, PARTS)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,15 @@ from __future__ import annotations
 import fnmatch
 import re
 
+# One package of a resolved stack as modules take it (resolve_stack's packages: name, version,
+# component, the install spec): the suboptions of gpu_stack_facts' requested and package_pin's packages.
+PACKAGE_OPTIONS = {
+    "name": {"type": "str", "required": True},
+    "version": {"type": "str", "required": True},
+    "component": {"type": "str", "default": ""},
+    "spec": {"type": "str"},
+}
+
 NVIDIA_VENDOR_ID = "10de"
 NVSWITCH_PCI_IDS = {"1af1": "A100 NVSwitch (NVLink3)", "22a3": "H100 NVSwitch (NVLink4)"}
 NVIDIA_SMI_QUERY = "driver_version,name,pci.bus_id"

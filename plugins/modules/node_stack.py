@@ -1,0 +1,82 @@
+#!/usr/bin/python
+# Copyright: gpuops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: node_stack
+short_description: Blacklist nouveau and pin the NVIDIA stack in one remote execution
+version_added: 0.2.0
+description:
+  - Runs the work of M(gpuops.cluster.modprobe_blacklist) and M(gpuops.cluster.package_pin) in one Python process on
+    the node, in that order.
+  - The C(nvidia_stack) role calls this module, one remote execution instead of two.
+author:
+  - gpuops.cluster maintainers (@gpuops)
+options:
+  modprobe_blacklist:
+    description: The options of M(gpuops.cluster.modprobe_blacklist).
+    type: dict
+  package_pin:
+    description: The options of M(gpuops.cluster.package_pin).
+    type: dict
+extends_documentation_fragment:
+  - gpuops.cluster.attributes
+  - gpuops.cluster.module_parts
+seealso:
+  - module: gpuops.cluster.modprobe_blacklist
+  - module: gpuops.cluster.package_pin
+  - module: gpuops.cluster.node_tuning
+"""
+
+EXAMPLES = r"""
+- name: Blacklist nouveau and pin the resolved packages
+  gpuops.cluster.node_stack:
+    modprobe_blacklist: {}
+    package_pin:
+      packages: "{{ gpuops_resolved_stack.packages }}"
+      pins: "{{ gpuops_resolved_stack.pins }}"
+  register: stack_files
+  notify: Rebuild the initramfs  # a handler with `when: stack_files.results.modprobe_blacklist.changed`
+"""
+
+RETURN = r"""
+results:
+  description:
+    - Each part that ran, with the return values its module documents (C(changed) included).
+    - On a failure, the parts that ran before the failed one.
+  returned: always
+  type: dict
+  sample: {"modprobe_blacklist": {"changed": false, "path": "/etc/modprobe.d/gpuops-blacklist-nouveau.conf"}}
+changed_parts:
+  description: The parts that changed something (in check mode, would have), in order.
+  returned: always
+  type: list
+  elements: str
+  sample: ["package_pin"]
+failed_part:
+  description: The part that failed; its own return values (C(rc), C(stdout), C(stderr), C(cmd)) are at the top level.
+  returned: failure
+  type: str
+  sample: package_pin
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
+from ansible_collections.gpuops.cluster.plugins.module_utils.module_parts import part_options, run_parts
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import modprobe_blacklist, package_pin
+
+# The parts, in the order they run.
+PARTS = {"modprobe_blacklist": modprobe_blacklist, "package_pin": package_pin}
+
+
+def main():
+    module = AnsibleModule(argument_spec=part_options(PARTS), supports_check_mode=True)
+    use_c_locale(module)
+    run_parts(module, PARTS)
+
+
+if __name__ == "__main__":
+    main()
