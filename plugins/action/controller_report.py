@@ -6,34 +6,21 @@
 controller could write itself; this action writes it directly: pretty JSON, atomically (a
 temporary file in the same directory, then ``os.replace``), 0644 unless told, changed only
 when the text differs, nothing written in check mode, a before/after in diff mode.
+The file is written by the collection's one atomic writer (module_utils/managed_file.replace_file).
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 
 from ansible.plugins.action import ActionBase
 from ansible.plugins.filter.core import to_nice_json
+from ansible_collections.gpuops.cluster.plugins.module_utils.managed_file import replace_file
 
 
 def report_text(data) -> str:
     """The report as written: what ``to_nice_json`` gives (indented, sorted keys), one trailing newline."""
     return to_nice_json(data) + "\n"
-
-
-def write(path: str, text: str, mode: int) -> None:
-    """Replace ``path`` with ``text`` atomically; missing parent directories are an error."""
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuops-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 class ActionModule(ActionBase):
@@ -82,7 +69,7 @@ class ActionModule(ActionBase):
             result["diff"] = dict(before=before or "", after=text, before_header=path, after_header=path)
         if changed and not self._task.check_mode:
             try:
-                write(path, text, mode)
+                replace_file(path, text, mode)
             except OSError as exc:
                 result.update(failed=True, msg=f"could not write {path}: {exc.strerror or exc}")
         return result

@@ -38,12 +38,22 @@ def write_atomic(module, path, content, mode=0o644, create_parent=False):
         os.makedirs(directory, mode=0o755)
     if mode is None:
         mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o644
+    replace_file(path, content, mode, module.atomic_move)
+
+
+def replace_file(path, content, mode=0o644, move=os.replace):
+    """Write ``content`` to a temporary file beside ``path`` with ``mode``, then ``move`` it over ``path``.
+
+    Modules pass ``AnsibleModule.atomic_move`` (SELinux contexts, ownership); the controller's own
+    writers (the controller_report action) keep ``os.replace``.
+    """
+    directory = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuops-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(content)
         os.chmod(tmp, mode)
-        module.atomic_move(tmp, path)
+        move(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -38,3 +38,12 @@ def test_bad_input_says_what_to_give():
         selected_by_tags(["irq"], ["all"], [])
     with pytest.raises(AnsibleFilterError, match="the tags of 'irq_affinity' must be a list"):
         selected_by_tags({"irq_affinity": "irq"}, ["all"], [])
+
+
+def test_switched_off_areas_are_not_selected():
+    switches = {"sysctl_profile": True, "irq_affinity": "false", "rdma_dropins": False}
+    assert selected_by_tags(AREAS, ["all"], [], switches) == ["sysctl_profile"]
+    assert selected_by_tags(AREAS, ["irq"], [], switches) == []
+    assert selected_by_tags(AREAS, ["all"], [], {"irq_affinity": True}) == ["irq_affinity"]
+    with pytest.raises(AnsibleFilterError, match="enabled must map each area to its switch"):
+        selected_by_tags(AREAS, ["all"], [], ["irq_affinity"])
