@@ -58,6 +58,12 @@ options:
       - The lab points this at a per-node file, since containers cannot load kernel modules.
     type: path
     default: /proc/driver/nvidia/version
+  kernel_modules:
+    description:
+      - The kernel module flavour the stack wants. When the loaded module is of the other flavour,
+        C(drift.reboot_reasons) lists C(loaded_flavor_differs). Unset, the flavour is not compared.
+    type: str
+    choices: [open, proprietary]
   nvidia_smi:
     description: Query nvidia-smi for the NVML driver version and the GPU models.
     type: bool
@@ -177,7 +183,8 @@ ansible_facts:
           description:
             - C(installed_differs) (list of name, requested, installed), C(pin_missing), C(hold_missing),
               C(installed_driver_version), C(loaded_driver_version), C(loaded_differs), C(driver_packages_disagree),
-              C(drifted), C(reboot_required), C(reboot_reasons).
+              C(drifted), C(reboot_required), C(reboot_reasons) (C(driver_not_loaded), C(loaded_differs_from_installed),
+              C(loaded_flavor_differs)).
           type: dict
           returned: always
         services:
@@ -328,6 +335,7 @@ def main():
             "loaded_version_path": {"type": "path", "default": "/proc/driver/nvidia/version"},
             "nvidia_smi": {"type": "bool", "default": True},
             "nvswitch": {"type": "bool"},
+            "kernel_modules": {"type": "str", "choices": ["open", "proprietary"]},
             "nvswitch_pci_ids": {"type": "list", "elements": "str", "default": ["1af1", "22a3"]},
             "services": {"type": "list", "elements": "str", "default": []},
             "preferences_path": {"type": "path", "default": "/etc/apt/preferences.d/gpuops-nvidia.pref"},
@@ -382,6 +390,8 @@ def main():
         pins,
         holds,
         version_equal=version_equal,
+        loaded_flavor=loaded["flavor"] if loaded else None,
+        kernel_modules=params["kernel_modules"],
     )
     facts = {
         "package_manager": manager,

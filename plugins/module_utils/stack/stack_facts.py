@@ -149,6 +149,8 @@ def drift(
     pins: dict[str, str],
     holds: set[str] | None,
     version_equal=None,
+    loaded_flavor: str | None = None,
+    kernel_modules: str | None = None,
 ) -> dict:
     """Compare the requested stack with the node.
 
@@ -157,7 +159,9 @@ def drift(
     ``installed``: ``{name: version or None}``. ``loaded``: the loaded kernel
     module version or None. ``pins``: ``{name or glob: pinned version}``.
     ``holds``: held names, or None where holds do not exist (dnf: the lock is
-    the hold). ``version_equal(requested, installed)`` defaults to string
+    the hold). ``loaded_flavor`` (``open``/``proprietary``, None when unknown) and the
+    requested ``kernel_modules`` add the reason ``loaded_flavor_differs`` when both are
+    known and differ. ``version_equal(requested, installed)`` defaults to string
     equality (dpkg versions); pass ``rpm_versionlock.evr_matches`` for RPM.
 
     Returns flags plus ``reboot_required`` and its ``reboot_reasons``: the
@@ -187,6 +191,8 @@ def drift(
             reasons.append("driver_not_loaded")
         elif loaded != installed_driver:
             reasons.append("loaded_differs_from_installed")
+    if loaded_flavor and kernel_modules and loaded_flavor != kernel_modules:
+        reasons.append("loaded_flavor_differs")
     loaded_differs = installed_driver is not None and loaded is not None and loaded != installed_driver
     return {
         "installed_differs": installed_differs,

@@ -98,6 +98,14 @@ def test_upgraded_but_not_rebooted(run_module, converged, files):
     assert facts["reboot_required"] is True
 
 
+@pytest.mark.parametrize(("wanted", "reasons"), [("open", []), ("proprietary", ["loaded_flavor_differs"])])
+def test_loaded_flavor_against_kernel_modules(run_module, converged, files, wanted, reasons):
+    facts = facts_of(run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED, kernel_modules=wanted)))
+    assert facts["loaded"]["flavor"] == "open"
+    assert facts["drift"]["reboot_reasons"] == reasons
+    assert facts["reboot_required"] is bool(reasons)
+
+
 def test_missing_module_file_and_failing_nvidia_smi(run_module, converged, files, tmp_path):
     converged.nvidia_smi = (
         18,

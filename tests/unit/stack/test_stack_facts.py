@@ -116,6 +116,25 @@ def test_drift_after_upgrade_without_reboot():
     assert result["reboot_reasons"] == ["loaded_differs_from_installed"]
 
 
+def test_drift_loaded_flavor_against_the_requested_one():
+    same = stack_facts.drift(
+        REQUESTED, INSTALLED, "550.127.08", PINS, HOLDS, loaded_flavor="open", kernel_modules="open"
+    )
+    assert same["reboot_reasons"] == []
+    other = stack_facts.drift(
+        REQUESTED, INSTALLED, "550.127.08", PINS, HOLDS, loaded_flavor="proprietary", kernel_modules="open"
+    )
+    assert other["reboot_reasons"] == ["loaded_flavor_differs"]
+    assert other["reboot_required"] is True
+    # Either side unknown: not compared.
+    assert stack_facts.drift(REQUESTED, INSTALLED, None, PINS, HOLDS, kernel_modules="open")["reboot_reasons"] == [
+        "driver_not_loaded"
+    ]
+    assert (
+        stack_facts.drift(REQUESTED, INSTALLED, "550.127.08", PINS, HOLDS, loaded_flavor="open")["reboot_reasons"] == []
+    )
+
+
 def test_drift_flags_each_kind():
     installed = {"nvidia-driver-550": "550.90.07-1", "libnccl2": None}
     result = stack_facts.drift(REQUESTED, installed, "550.90.07", {"libnvidia-*": "1"}, {"libnccl2"})
