@@ -111,6 +111,33 @@ options:
     description:
       - Minimum rate of each checked InfiniBand port in Gb/s (C(400) for NDR, C(200) for HDR).
     type: int
+  expected_nvlinks:
+    description:
+      - NVLink links every GPU must have active. Default is the GPU model's count (6 V100 SXM2, 12 A100 SXM4,
+        8 A800 and H800, 18 H100/H200/B200/GB200 SXM); PCIe and NVL cards need none; a model not in that table
+        needs some when the node has NVSwitches or the GPU reports an NVLink fabric. V(0) requires none.
+      - A GPU of which C(nvidia-smi nvlink -s) says all links are inactive fails whenever links are expected.
+    type: int
+  expected_pcie_width:
+    description:
+      - The PCIe link width (lanes) this platform gives each GPU, for platforms that run GPUs below the
+        width the GPU is capable of by design (some cloud VMs, boards wired x8). A narrower link fails;
+        the GPU's own maximum is then not required. Unset, the GPU's maximum is required.
+      - A per-GPU O(pcie_baseline) wins over it.
+    type: int
+  expected_pcie_gen:
+    description:
+      - The PCIe generation this platform gives each GPU (see O(expected_pcie_width)). A lower generation
+        under load warns; an idle GPU trains down and is not judged. Unset, the GPU's maximum is the reference.
+    type: int
+  pcie_baseline:
+    description:
+      - This node's own PCIe baseline, what each GPU trained at when the node was good, keyed by PCI bus id
+        (any spelling, V(00000000:18:00.0) or V(0000:18:00)), each C({width: 16, gen: 5}); C(gen) may be
+        null. The module returns it as C(facts.pcie) for the node to keep. A GPU present in it is judged
+        against it, before O(expected_pcie_width) and the GPU's maximum.
+    type: dict
+    default: {}
   thresholds:
     description:
       - Limits of the checks. Unset keys keep their defaults.
@@ -167,7 +194,7 @@ options:
     default: []
     choices: [nvidia_smi, gpu_count, gpu_model, driver_version, persistence_mode, mig_mode, ecc_mode, ecc_errors,
               row_remap, retired_pages, pcie_link, temperature, clock_events, recovery, fabric, fabricmanager, xid,
-              sxid, nvlink, nvlink_errors, infiniband, dcgm_diag, nccl_busbw]
+              fallen_off_bus, sxid, nvlink, nvlink_errors, infiniband, dcgm_diag, nccl_busbw]
   fail_on_unhealthy:
     description:
       - Fail the task when any check fails. The result still carries every check.
@@ -283,6 +310,8 @@ facts:
     parse_warnings: []
     kernel_log_formats: [journal_iso]
     kernel_events: 0
+    pcie:
+      "00000000:18:00.0": {width: 16, gen: 5}
 summary:
   description: Count of checks per status and one line per failed check.
   returned: always
@@ -354,6 +383,10 @@ def argument_spec():
         expected_driver_version=dict(type="str"),
         expected_ib_ports=dict(type="list", elements="str", default=[]),
         expected_ib_rate=dict(type="int"),
+        expected_nvlinks=dict(type="int"),
+        expected_pcie_width=dict(type="int"),
+        expected_pcie_gen=dict(type="int"),
+        pcie_baseline=dict(type="dict", default={}),
         thresholds=dict(type="dict", default={}, options=_THRESHOLD_SPEC),
         skip_checks=dict(type="list", elements="str", default=[], choices=list(gpu_health.CHECKS)),
         fail_on_unhealthy=dict(type="bool", default=False),
@@ -402,10 +435,17 @@ def main():
         "expected_driver_version": params["expected_driver_version"],
         "expected_ib_ports": params["expected_ib_ports"],
         "expected_ib_rate": params["expected_ib_rate"],
+        "expected_nvlinks": params["expected_nvlinks"],
+        "expected_pcie_width": params["expected_pcie_width"],
+        "expected_pcie_gen": params["expected_pcie_gen"],
+        "pcie_baseline": params["pcie_baseline"],
         "thresholds": params["thresholds"] or {},
         "skip_checks": params["skip_checks"],
     }
-    verdict = gpu_health.evaluate(inputs, options)
+    try:
+        verdict = gpu_health.evaluate(inputs, options)
+    except ValueError as error:
+        module.fail_json(msg=str(error))
     result = dict(
         changed=False,
         healthy=verdict["healthy"],

@@ -16,7 +16,7 @@ Thresholds follow the team reference page shared/reference/nvidia-stack-facts.md
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.health import xid_catalog
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import nvlink_counts, xid_catalog
 from ansible_collections.gpuops.cluster.plugins.module_utils.health.nvidia_smi_xml import normalize_bus_id
 
 CHECKS = (
@@ -37,6 +37,7 @@ CHECKS = (
     "fabric",
     "fabricmanager",
     "xid",
+    "fallen_off_bus",
     "sxid",
     "nvlink",
     "nvlink_errors",
@@ -105,6 +106,35 @@ class _Finding:
 
     def result(self, name, gpu, ok_detail):
         return _check(name, self.status, "; ".join(self.details) or ok_detail, gpu, self.action)
+
+
+def pcie_baseline_by_bus(baseline):
+    """A PCIe baseline (``{pci_bus_id: {width, gen}}``, any bus id spelling) keyed like ``gpu["pci_key"]``."""
+    keyed = {}
+    for bus, value in (baseline or {}).items():
+        key = normalize_bus_id(bus)
+        if key is None or not isinstance(value, dict):
+            raise ValueError("pcie_baseline: %r is not a PCI bus id with {width, gen}" % (bus,))
+        keyed[key] = {"width": value.get("width"), "gen": value.get("gen")}
+    return keyed
+
+
+def pcie_links(smi):
+    """What each GPU's PCIe link trained at now (``{pci_bus_id: {width, gen}}``): a baseline to keep.
+
+    The generation of an idle GPU is None (it trains down to save power)."""
+    links = {}
+    for gpu in (smi or {}).get("gpus", []):
+        if not gpu.get("pci_bus_id"):
+            continue
+        pcie = gpu.get("pcie") or {}
+        idle = (gpu.get("clock_events") or {}).get("gpu_idle") or gpu.get("performance_state") in _IDLE_PSTATES
+        # an idle GPU's generation is its power-saving one, not what the slot gives: no baseline of it
+        links[gpu["pci_bus_id"]] = {
+            "width": pcie.get("width_current"),
+            "gen": None if idle else pcie.get("gen_current"),
+        }
+    return links
 
 
 # --- per-GPU judges -------------------------------------------------------------------------------
@@ -201,25 +231,67 @@ def _retired_pages(gpu, limits):
     return finding.result("retired_pages", gpu, "%d pages retired, none pending" % total)
 
 
-def _pcie(gpu):
+def _pcie_reference(gpu, platform, baseline):
+    """``(width, gen, what)`` the link is judged against: the node's baseline for this GPU, else the declared
+    platform value, else the GPU's own maximum (``what`` None)."""
+    recorded = (baseline or {}).get(gpu.get("pci_key")) or {}
+    if recorded.get("width") is not None or recorded.get("gen") is not None:
+        return recorded.get("width"), recorded.get("gen"), "this node's baseline"
+    platform = platform or {}
+    if platform.get("width") is not None or platform.get("gen") is not None:
+        return platform.get("width"), platform.get("gen"), "the platform's declared value"
+    return None, None, None
+
+
+def _pcie(gpu, platform=None, baseline=None):
+    """PCIe width and generation against the GPU's maximum, or against a declared reference.
+
+    Some platforms run GPUs at a reduced width or generation by design (a VM's virtual root port, a
+    board wired x8): there the operator declares the platform's value (``expected_pcie_width``,
+    ``expected_pcie_gen``) or the node keeps a baseline of what each GPU trained at when it was good,
+    and the link fails only below that. Without either, a width below the maximum fails and a
+    generation below it warns under load.
+    """
     pcie = gpu.get("pcie") or {}
     finding = _Finding()
     width, width_max = pcie.get("width_current"), pcie.get("width_max")
     gen, gen_max = pcie.get("gen_current"), pcie.get("gen_max")
     if width is None and gen is None:
         return _check("pcie_link", "skip", "PCIe link not reported", gpu)
-    if width is not None and width_max is not None and width < width_max:
+    ref_width, ref_gen, what = _pcie_reference(gpu, platform, baseline)
+    idle = (gpu.get("clock_events") or {}).get("gpu_idle") or gpu.get("performance_state") in _IDLE_PSTATES
+    if what is None or ref_width is None:
+        if width is not None and width_max is not None and width < width_max:
+            finding.add(
+                "fail",
+                "PCIe link x%d, capable of x%d: reseat or inspect the GPU and riser" % (width, width_max),
+                "hardware_inspection",
+            )
+    elif width is not None and width < ref_width:
         finding.add(
             "fail",
-            "PCIe link x%d, capable of x%d: reseat or inspect the GPU and riser" % (width, width_max),
+            "PCIe link x%d, below x%d of %s: reseat or inspect the GPU and riser" % (width, ref_width, what),
             "hardware_inspection",
         )
-    if gen is not None and gen_max is not None and gen < gen_max:
-        idle = (gpu.get("clock_events") or {}).get("gpu_idle") or gpu.get("performance_state") in _IDLE_PSTATES
+    elif width is not None and width_max is not None and width < width_max:
+        finding.details.append("x%d of x%d, as %s (x%d)" % (width, width_max, what, ref_width))
+    if what is None or ref_gen is None:
+        if gen is not None and gen_max is not None and gen < gen_max:
+            if idle:
+                finding.details.append(
+                    "Gen%d of Gen%d while idle (the link trains down to save power)" % (gen, gen_max)
+                )
+            else:
+                finding.add("warn", "PCIe Gen%d, capable of Gen%d under load" % (gen, gen_max))
+    elif gen is not None and gen < ref_gen:
         if idle:
-            finding.details.append("Gen%d of Gen%d while idle (the link trains down to save power)" % (gen, gen_max))
+            finding.details.append("Gen%d of Gen%d while idle (the link trains down to save power)" % (gen, ref_gen))
         else:
-            finding.add("warn", "PCIe Gen%d, capable of Gen%d under load" % (gen, gen_max))
+            finding.add("warn", "PCIe Gen%d under load, below Gen%d of %s" % (gen, ref_gen, what))
+    elif gen is not None and gen_max is not None and gen < gen_max:
+        finding.details.append("Gen%d of Gen%d, as %s (Gen%d)" % (gen, gen_max, what, ref_gen))
+    if finding.status == "pass" and finding.details:
+        finding.details.insert(0, "Gen%s x%s" % (gen, width))
     return finding.result("pcie_link", gpu, "Gen%s x%s" % (gen, width))
 
 
@@ -372,6 +444,54 @@ def _xid_checks(kernel, gpus):
     return checks
 
 
+def _fallen_off_bus_checks(kernel, gpus):
+    """One check per PCI address the driver said fell off the bus (any wording, with or without an Xid line).
+
+    A message without an address fails the node on its own only when no addressed one explains it.
+    """
+    by_bus = _gpu_by_bus(gpus)
+    xid79 = {event["pci_bus_id"] for event in kernel["events"] if event["kind"] == "xid" and event["code"] == 79}
+    groups = {}
+    for event in kernel["events"]:
+        if event["kind"] == "fallen_off_bus":
+            group = groups.setdefault(event["pci_bus_id"], {"count": 0, "last": event})
+            group["count"] += 1
+            group["last"] = event
+    if not groups:
+        return [_check("fallen_off_bus", "pass", "no GPU fell off the bus in the window")]
+    action = xid_catalog.lookup(79, "")["action"]
+    checks = []
+    unaddressed = groups.pop(None, None)
+    for bus, group in sorted(groups.items()):
+        gpu = by_bus.get(normalize_bus_id(bus))
+        detail = "GPU %s fell off the bus (x%d%s): %s" % (
+            bus,
+            group["count"],
+            ", also Xid 79" if bus in xid79 else ", no Xid logged",
+            group["last"]["text"],
+        )
+        if gpu is None:
+            detail += " (GPU not in nvidia-smi output)"
+        detail += ": reboot; reseat or inspect the GPU and riser if it repeats"
+        checks.append(_check("fallen_off_bus", "fail", detail, gpu, action, pci_bus_id=_smi_bus_id(bus)))
+    if unaddressed:
+        if checks:
+            checks[-1]["detail"] += (
+                " (and %d driver message(s) of a lost GPU without an address)" % (unaddressed["count"])
+            )
+        elif not xid79:
+            checks.append(
+                _check(
+                    "fallen_off_bus",
+                    "fail",
+                    "the driver says a GPU is lost (x%d, no PCI address in the message): %s: compare nvidia-smi "
+                    "with lspci to find it, then reboot" % (unaddressed["count"], unaddressed["last"]["text"]),
+                    action=action,
+                )
+            )
+    return checks
+
+
 def _sxid_checks(kernel):
     groups = {}
     for event in kernel["events"]:
@@ -411,43 +531,54 @@ def _match_gpu(entry, gpus):
     return {"index": entry["index"], "pci_bus_id": None}
 
 
-def _nvlink_checks(status, gpus):
-    peers = max((len(entry["links"]) for entry in status["gpus"]), default=0)
-    if peers == 0:
-        return [_check("nvlink", "skip", "no NVLink links reported (PCIe GPUs, or NVLink absent)")]
-    checks = []
+def _nvlink_checks(status, gpus, nvswitch=None, override=None):
+    """Every GPU's links against what its model (or the node's NVSwitches) says it must have.
+
+    Without any expectation (PCIe GPUs, unknown models on a node without NVSwitch) the GPUs are
+    judged against each other only, and a node where no GPU lists a link is a skip, as before.
+    """
+    entries = {}
     for entry in status["gpus"]:
         gpu = _match_gpu(entry, gpus)
-        inactive = [link["link"] for link in entry["links"] if not link["active"]]
-        if not entry["links"]:
-            checks.append(
-                _check(
-                    "nvlink", "fail", "no NVLink link up while peers have %d: reset the GPU" % peers, gpu, "reset_gpu"
-                )
-            )
+        entries[gpu["index"]] = (gpu, entry)
+    for gpu in gpus:
+        entries.setdefault(gpu["index"], (gpu, None))
+    expected = {
+        index: nvlink_counts.expected_links(
+            dict(gpu, product_name=gpu.get("product_name") or (entry or {}).get("name")), nvswitch, override
+        )
+        for index, (gpu, entry) in entries.items()
+    }
+    peers = max((len(entry["links"]) for entry in status["gpus"]), default=0)
+    if peers == 0 and not any(want["links"] for want in expected.values()):
+        return [_check("nvlink", "skip", "no NVLink links reported (PCIe GPUs, or NVLink absent)")]
+    checks = []
+    for index in sorted(entries):
+        gpu, entry = entries[index]
+        want = expected[index]
+        links = entry["links"] if entry else []
+        active = [link for link in links if link["active"]]
+        inactive = [link["link"] for link in links if not link["active"]]
+        needed = want["links"] if want["links"] > 0 else peers
+        if entry is None and want["links"]:
+            detail = "not listed by nvidia-smi nvlink -s (%s)" % want["reason"]
+        elif not links and (want["links"] or peers):
+            said = "all links inactive" if entry and entry["all_inactive"] else "no NVLink link listed"
+            why = want["reason"] if want["links"] else "peers have %d" % peers
+            detail = "%s, %s: reset the GPU; if all GPUs show it, check nvidia-fabricmanager and reboot" % (said, why)
         elif inactive:
-            checks.append(
-                _check(
-                    "nvlink",
-                    "fail",
-                    "NVLink %s inactive of %d" % (", ".join(map(str, inactive)), len(entry["links"])),
-                    gpu,
-                    "reset_gpu",
-                )
-            )
-        elif len(entry["links"]) < peers:
-            checks.append(
-                _check(
-                    "nvlink",
-                    "fail",
-                    "%d NVLinks listed, peers have %d" % (len(entry["links"]), peers),
-                    gpu,
-                    "reset_gpu",
-                )
-            )
+            detail = "NVLink %s inactive of %d" % (", ".join(map(str, inactive)), len(links))
+        elif needed and len(active) < needed:
+            why = want["reason"] if want["links"] > 0 else "peers have %d" % peers
+            detail = "%d NVLinks active, %s" % (len(active), why)
+        elif not links:
+            checks.append(_check("nvlink", "pass", "no NVLink expected (%s)" % want["reason"], gpu))
+            continue
         else:
-            speeds = sorted({link["speed_gbps"] for link in entry["links"]})
-            checks.append(_check("nvlink", "pass", "%d links active at %s GB/s" % (len(entry["links"]), speeds), gpu))
+            speeds = sorted({link["speed_gbps"] for link in links})
+            checks.append(_check("nvlink", "pass", "%d links active at %s GB/s" % (len(links), speeds), gpu))
+            continue
+        checks.append(_check("nvlink", "fail", detail, gpu, "reset_gpu"))
     return checks
 
 
@@ -621,6 +752,8 @@ def evaluate(inputs, options=None):
     limits = dict(DEFAULT_THRESHOLDS)
     limits.update({key: value for key, value in (options.get("thresholds") or {}).items() if value is not None})
     skip = set(options.get("skip_checks") or [])
+    pcie_platform = {"width": options.get("expected_pcie_width"), "gen": options.get("expected_pcie_gen")}
+    pcie_baseline = pcie_baseline_by_bus(options.get("pcie_baseline"))
     unavailable = dict(inputs.get("unavailable") or {})
     checks = []
 
@@ -658,7 +791,7 @@ def evaluate(inputs, options=None):
                     _ecc_errors(gpu, limits),
                     _row_remap(gpu, limits),
                     _retired_pages(gpu, limits),
-                    _pcie(gpu),
+                    _pcie(gpu, pcie_platform, pcie_baseline),
                     _temperature(gpu, limits),
                     _clock_events(gpu),
                     _recovery(gpu),
@@ -668,15 +801,18 @@ def evaluate(inputs, options=None):
 
     kernel = inputs.get("kernel")
     if kernel is None:
-        checks.extend(skipped(("xid", "sxid"), unavailable.get("kernel", "kernel log not read")))
+        checks.extend(skipped(("xid", "fallen_off_bus", "sxid"), unavailable.get("kernel", "kernel log not read")))
     else:
         checks.extend(_xid_checks(kernel, gpus))
+        checks.extend(_fallen_off_bus_checks(kernel, gpus))
         checks.extend(_sxid_checks(kernel))
 
     if inputs.get("nvlink_status") is None:
         checks.extend(skipped(("nvlink",), unavailable.get("nvlink_status", "NVLink status not read")))
     else:
-        checks.extend(_nvlink_checks(inputs["nvlink_status"], gpus))
+        checks.extend(
+            _nvlink_checks(inputs["nvlink_status"], gpus, inputs.get("nvswitch"), options.get("expected_nvlinks"))
+        )
     if inputs.get("nvlink_errors") is None:
         checks.extend(skipped(("nvlink_errors",), unavailable.get("nvlink_errors", "NVLink error counters not read")))
     else:
@@ -754,6 +890,7 @@ def _facts(smi, kernel):
         "parse_warnings": list(smi["warnings"]) if smi else [],
         "kernel_log_formats": kernel["formats"] if kernel else [],
         "kernel_events": len(kernel["events"]) if kernel else 0,
+        "pcie": pcie_links(smi),
     }
 
 

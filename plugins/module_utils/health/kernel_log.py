@@ -10,6 +10,23 @@ Reads the formats operators have at hand, line by line (a file may mix them):
 - ``journalctl -k`` (short, also /var/log/messages): ``Aug 30 11:43:09 node kernel: NVRM: Xid ...``
 - raw ``/dev/kmsg``:         ``4,1234,5678901,-;NVRM: Xid (PCI:0000:18:00): 79, pid=...``
 
+Besides Xid and SXid lines it finds the other messages in which NVIDIA's driver says a GPU is gone,
+whatever their wording, as ``fallen_off_bus`` events attributed by PCI address (the driver often
+prints them without any Xid line; strings from NVIDIA/open-gpu-kernel-modules, see
+:data:`FALLEN_OFF_BUS` and tests/fixtures/kernel-log/README.md):
+
+- ``NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.`` (``NV_DEV_PRINTF``, osinit.c)
+- ``NVRM: GPU at 0000:01:00.0 has fallen off the bus.`` (older drivers)
+- ``NVRM: GPU at PCI:0000:01:00: GPU has fallen off the bus.``
+- ``NVRM: The NVIDIA GPU 0000:b3:00.0`` / ``NVRM: (PCI ID: 10de:26b5) installed in this system has`` /
+  ``NVRM: fallen off the bus and is not responding to commands.`` (one message over three lines,
+  osapi.c; the address is on the first line; older drivers print it on one or two lines)
+- ``NVRM: GPU 0000:3b:00.0: GPU is lost, skipping nv_pci_probe`` and ``NVRM: GPU is lost, skipping ...``
+- ``... GPU lost from the bus [NV_ERR_GPU_IS_LOST] ...`` (the status string of nvstatuscodes.h)
+
+A message that names no address (and follows no ``The NVIDIA GPU <address>`` line) is an event
+with ``pci_bus_id`` None.
+
 Events are bounded to a window: since boot (the default) or since a given time.
 """
 
@@ -34,6 +51,21 @@ _ISO = re.compile(
     r"(?P<msg>.*)$"
 )
 _SHORT = re.compile(r"^(?P<ts>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>\S+) (?P<ident>[^:\s]+): (?P<msg>.*)$")
+# Every wording in which the NVIDIA driver says a GPU no longer answers on PCIe (a class, not a list
+# of sentences): "fallen off the bus" (also "fallen off of the bus"), "GPU is lost", "GPU lost from
+# the bus" and the status name NV_ERR_GPU_IS_LOST.
+FALLEN_OFF_BUS = re.compile(
+    r"fallen\s+off\s+(?:of\s+)?the\s+bus|\bGPU\s+is\s+lost\b|\bGPU\s+lost\s+from\s+the\s+bus|NV_ERR_GPU_IS_LOST",
+    re.IGNORECASE,
+)
+_NVRM = re.compile(r"\bNVRM:\s*")
+_PCI_ADDRESS = re.compile(
+    r"(?<![0-9a-fA-F:])(?:PCI:)?(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?(?![0-9a-fA-F])"
+)
+_THE_NVIDIA_GPU = re.compile(
+    r"NVRM: The NVIDIA GPU (?:at )?(?:PCI:)?(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
+)
+_CONTINUATION_LINES = 3  # lines after "The NVIDIA GPU <address>" that may finish its message
 _BOOT_MARKER = re.compile(r"^-- (?:Boot|Reboot) ")
 _KERNEL_TIME_PREFIX = re.compile(r"^\[\s*(?P<uptime>\d+\.\d+)\]\s?")
 
@@ -134,6 +166,8 @@ def parse(text, since=None, boot_time=None, now=None):
     last_uptime = None
     lines = 0
     relative_without_boot = False
+    # the "The NVIDIA GPU <address>" line whose message may end on a later line
+    pending = {"bus": None, "left": 0, "boot": 0, "when": None, "uptime": None, "text": ""}
     for raw in (text or "").splitlines():
         line = raw.rstrip("\r\n")
         if not line.strip():
@@ -148,7 +182,7 @@ def parse(text, since=None, boot_time=None, now=None):
             warnings.append("line %d: time not understood (%s): %s" % (lines, error, line[:160]))
             continue
         if split is None:
-            message = line
+            message = line.strip()  # a continuation line of a multi-line message (dmesg, journalctl indent them)
             fmt, when, uptime = None, None, None
         else:
             fmt, when, uptime, message = split
@@ -164,13 +198,28 @@ def parse(text, since=None, boot_time=None, now=None):
             last_uptime = uptime
             if when is None and boot_time is not None:
                 when = boot_time + datetime.timedelta(seconds=uptime)
-        event = _event(message, line)
-        if event is None:
-            continue
-        event["uptime"] = uptime
-        if when is None and since is not None:
-            relative_without_boot = True
-        candidates.append((boot, event, when))
+        for part in _message_parts(message, fmt):
+            event = _event(part, line)
+            event_boot, event_when, event_uptime = boot, when, uptime
+            if event is None:
+                event = _fallen_off_bus(part, line, pending)
+                if event is not None and event.pop("continues", False):
+                    event_boot, event_when, event_uptime = pending["boot"], pending["when"], pending["uptime"]
+            if event is not None and event.get("kind") == "fallen_off_bus":
+                pending["left"] = 0  # the message is complete: a later line has no address of its own
+            started = _THE_NVIDIA_GPU.search(part)
+            if started and event is None:
+                pending.update(
+                    bus=_short_bus(started.group("bus")), left=_CONTINUATION_LINES + 1, boot=boot, when=when,
+                    uptime=uptime, text=part[started.start() + len("NVRM: ") :].strip(),
+                )  # fmt: skip
+            if event is None:
+                continue
+            event["uptime"] = event_uptime
+            if event_when is None and since is not None:
+                relative_without_boot = True
+            candidates.append((event_boot, event, event_when))
+        pending["left"] = max(pending["left"] - 1, 0)
     events = []
     for event_boot, event, when in candidates:
         if since is None:
@@ -222,6 +271,34 @@ def _event(message, line):
             "line": line,
         }
     return None
+
+
+def _message_parts(message, fmt):
+    """The lines of one message: ``/dev/kmsg`` escapes the newlines of a multi-line printk as ``\\x0a``."""
+    if fmt == "kmsg" and "\\x0a" in message:
+        return [part.strip() for part in message.split("\\x0a") if part.strip()]
+    return [message]
+
+
+def _fallen_off_bus(message, line, pending):
+    """A ``fallen_off_bus`` event when an NVRM message says a GPU is gone, else None.
+
+    The address is the message's own, else the one of a ``The NVIDIA GPU <address>`` line just
+    before it (``continues`` True: the event takes that line's time), else None.
+    """
+    nvrm = _NVRM.search(message)
+    if not nvrm or not FALLEN_OFF_BUS.search(message):
+        return None
+    text = message[nvrm.end() :].strip()
+    address = _PCI_ADDRESS.search(text)
+    event = {"kind": "fallen_off_bus", "code": None, "pci_bus_id": None, "device": None, "text": text, "line": line}
+    if address:
+        event["pci_bus_id"] = _short_bus(address.group("bus"))
+    elif pending["left"] > 0 and pending["bus"]:
+        event["pci_bus_id"] = pending["bus"]
+        event["text"] = "%s ... %s" % (pending["text"], text) if pending["text"] != text else text
+        event["continues"] = True
+    return event
 
 
 def _short_bus(bus):

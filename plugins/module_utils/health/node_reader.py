@@ -93,6 +93,7 @@ class NodeReader:
         smi = self.smi()
         inputs = {"smi": smi, "kernel": self.kernel(offline, since)}
         inputs["nvlink_status"], inputs["nvlink_errors"] = self.nvlink(offline, smi)
+        inputs["nvswitch"] = None if offline else nvswitch_devices(self.root)
         inputs["infiniband"] = self.infiniband(offline)
         inputs["fabricmanager"] = self.fabricmanager(offline, smi)
         inputs["dcgm"] = self.dcgm(offline)
@@ -125,8 +126,10 @@ class NodeReader:
         if offline:
             self.unavailable["kernel"] = "offline triage without kernel_log"
             return None
-        if {"xid", "sxid"} <= self.skip or self.params["kernel_log_source"] == "none":
-            self.unavailable["kernel"] = "kernel log not read (kernel_log_source=none or xid/sxid skipped)"
+        if {"xid", "fallen_off_bus", "sxid"} <= self.skip or self.params["kernel_log_source"] == "none":
+            self.unavailable["kernel"] = (
+                "kernel log not read (kernel_log_source=none or xid, fallen_off_bus and sxid skipped)"
+            )
             return None
         booted = boot_time(self.root)
         source = self.params["kernel_log_source"]
@@ -178,8 +181,9 @@ class NodeReader:
             return status, errors
         if status is None and "nvlink" not in self.skip:
             rc, out, err = self.run([self.smi_path, "nvlink", "-s"])
-            if rc == 0:
-                status = nvlink.parse_status(out)
+            parsed = nvlink.parse_status(out)
+            if rc == 0 or parsed["gpus"]:  # some drivers exit non-zero when a GPU's links are all inactive
+                status = parsed
             else:
                 self.unavailable["nvlink_status"] = "nvidia-smi nvlink -s failed (rc=%s): %s" % (rc, (err or out)[:200])
         if errors is None and "nvlink_errors" not in self.skip:

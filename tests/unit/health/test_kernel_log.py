@@ -14,6 +14,7 @@ EXPECTED = [
     ("xid", 63, "0000:5d:00"),
     ("xid", 119, "0000:ab:00"),
     ("xid", 79, "0000:9a:00"),
+    ("fallen_off_bus", None, "0000:9a:00"),  # "NVRM: GPU 0000:9a:00.0: GPU has fallen off the bus." after the Xid
     ("sxid", 20034, "0000:06:00"),
     ("sxid", 20009, "0000:05:00"),
 ]
@@ -64,20 +65,20 @@ def test_since_cuts_earlier_events(fixture_text):
     codes = [
         e["code"] for e in kernel_log.parse(fixture_text("kernel-log/xid-journal-short-iso.log"), since=since)["events"]
     ]
-    assert codes == [119, 79, 20034, 20009]
+    assert codes == [119, 79, None, 20034, 20009]  # None: the "GPU has fallen off the bus." line
 
 
 def test_naive_times_meet_naive_since(fixture_text):
     since = datetime.datetime(2024, 3, 12, 9, 12, 0)
     codes = [e["code"] for e in kernel_log.parse(fixture_text("kernel-log/xid-dmesg-T.log"), since=since)["events"]]
-    assert codes == [119, 79, 20034, 20009]
+    assert codes == [119, 79, None, 20034, 20009]  # None: the "GPU has fallen off the bus." line
 
 
 def test_monotonic_times_use_boot_time(fixture_text):
     boot = datetime.datetime(2024, 3, 12, 8, 58, 11, tzinfo=UTC)
     since = datetime.datetime(2024, 3, 12, 9, 12, 0, tzinfo=UTC)
     parsed = kernel_log.parse(fixture_text("kernel-log/xid-dmesg.log"), since=since, boot_time=boot)
-    assert [e["code"] for e in parsed["events"]] == [119, 79, 20034, 20009]
+    assert [e["code"] for e in parsed["events"]] == [119, 79, None, 20034, 20009]
     assert parsed["events"][1]["time"].startswith("2024-03-12T09:13:05")
 
 
@@ -151,3 +152,65 @@ def test_parse_since(value, expected):
 def test_parse_since_rejects_nonsense():
     with pytest.raises(ValueError, match="not a time"):
         kernel_log.parse_since("yesterday-ish")
+
+
+# --- a GPU that fell off the bus, in any of the driver's wordings, with or without an Xid line ---
+
+
+def fallen(parsed):
+    return [(e["pci_bus_id"], e["uptime"]) for e in parsed["events"] if e["kind"] == "fallen_off_bus"]
+
+
+def test_fallen_off_bus_without_xid_in_dmesg(fixture_text):
+    parsed = kernel_log.parse(fixture_text("kernel-log/fallen-off-bus-dmesg.log"))
+    assert [e["kind"] for e in parsed["events"]] == ["fallen_off_bus"] * 3
+    # the three-line probe message is one event, at the time of its first line, with the address of its first line
+    assert fallen(parsed) == [("0000:9a:00", 5.006212), ("0000:ab:00", 7214.550921), (None, 7214.551207)]
+    first = parsed["events"][0]
+    assert first["text"].startswith("The NVIDIA GPU 0000:9a:00.0")
+    assert first["text"].endswith("fallen off the bus and is not responding to commands.")
+    assert parsed["warnings"] == []
+
+
+def test_fallen_off_bus_in_kmsg_with_escaped_newlines(fixture_text):
+    parsed = kernel_log.parse(fixture_text("kernel-log/fallen-off-bus-kmsg.log"))
+    assert fallen(parsed) == [
+        ("0000:9a:00", pytest.approx(5.006212)),
+        ("0000:ab:00", pytest.approx(7214.550921)),
+        (None, pytest.approx(7214.551207)),
+    ]
+
+
+def test_fallen_off_bus_older_driver_wordings(fixture_text):
+    parsed = kernel_log.parse(fixture_text("kernel-log/fallen-off-bus-older-drivers-journal-short.log"), now=NOW)
+    assert [bus for bus, _ in fallen(parsed)] == [
+        "0000:1a:00",
+        "0000:1a:00",
+        "0000:3d:00",
+        "0000:88:00",
+        "0000:b2:00",
+        None,
+    ]
+    assert all(e["time"].startswith("2024-03-12T10:") for e in parsed["events"])
+
+
+def test_older_kernels_print_the_probe_message_as_three_records():
+    text = (
+        "[    5.006212] NVRM: The NVIDIA GPU 0000:9a:00.0\n"
+        "[    5.006213] NVRM: (PCI ID: 10de:2330) installed in this system has\n"
+        "[    5.006214] NVRM: fallen off the bus and is not responding to commands.\n"
+    )
+    assert fallen(kernel_log.parse(text)) == [("0000:9a:00", 5.006212)]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[ 10.0] nvidia 0000:9a:00.0: enabling device (0000 -> 0003)",
+        "[ 10.0] usb 1-1: USB disconnect, device number 2 fell off the bus",  # not the NVIDIA driver
+        "[ 10.0] NVRM: GPU at PCI:0000:9a:00: GPU-2f9c7e15-6d4b-4a83-b2f0-8c5e1a7d3b54",
+        "[ 10.0] NVRM: The NVIDIA probe routine failed for 1 device(s).",
+    ],
+)
+def test_other_driver_lines_are_not_a_lost_gpu(line):
+    assert kernel_log.parse(line)["events"] == []

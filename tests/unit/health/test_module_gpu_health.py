@@ -108,8 +108,9 @@ def test_since_window_in_offline_mode(harness):
     }
     default = harness.run(module, args)
     wide = harness.run(module, dict(args, since="2024-03-11T00:00:00+00:00"))
-    assert default["facts"]["kernel_events"] == 9
-    assert wide["facts"]["kernel_events"] == 10  # the Xid 94 of the previous boot
+    # nine Xid and SXid events, and the "fallen off the bus" line after the Xid 79
+    assert default["facts"]["kernel_events"] == 10
+    assert wide["facts"]["kernel_events"] == 11  # the Xid 94 of the previous boot
 
 
 # --- Prometheus textfile ----------------------------------------------------------------------------
@@ -273,3 +274,33 @@ def test_live_inactive_fabricmanager_fails(harness, node, tmp_path):
     (check,) = by_name(harness.run(module, {"infiniband_root": str(tmp_path)}), "fabricmanager")
     assert check["status"] == "fail"
     assert check["action"] == "reboot_node"
+
+
+# --- the detection gaps through the module's options -----------------------------------------------
+
+
+def test_offline_all_links_inactive_and_fallen_off_bus(harness):
+    result = harness.run(
+        module,
+        {
+            "nvidia_smi_xml": fixture("nvidia-smi/h100-sxm-8x-healthy.xml"),
+            "nvlink_status": fixture("nvlink/h100-8x-status-all-inactive.txt"),
+            "kernel_log": fixture("kernel-log/fallen-off-bus-dmesg.log"),
+        },
+    )
+    assert {c["status"] for c in by_name(result, "nvlink")} == {"fail"}
+    assert {c["status"] for c in by_name(result, "fallen_off_bus")} == {"fail"}
+    assert result["healthy"] is False
+
+
+def test_pcie_platform_width_and_baseline_options(harness):
+    args = {"nvidia_smi_xml": fixture("nvidia-smi/h100-sxm-8x-pcie-x8-platform.xml")}
+    assert {c["status"] for c in by_name(harness.run(module, args), "pcie_link")} == {"fail"}
+    declared = harness.run(module, dict(args, expected_pcie_width=8, expected_pcie_gen=5))
+    assert {c["status"] for c in by_name(declared, "pcie_link")} == {"pass"}
+    baseline = declared["facts"]["pcie"]
+    assert baseline["00000000:18:00.0"] == {"width": 8, "gen": 5}
+    kept = harness.run(module, dict(args, pcie_baseline=baseline))
+    assert {c["status"] for c in by_name(kept, "pcie_link")} == {"pass"}
+    failure = harness.fail(module, dict(args, pcie_baseline={"GPU0": {"width": 8}}))
+    assert "pcie_baseline" in failure["msg"]
