@@ -45,6 +45,7 @@ TOP_KEYS = {
     "cuda": True,
     "nccl": True,
     "dcgm": True,
+    "architectures": False,
     "gpus": True,
     "operating_systems": True,
     "packaging": True,
@@ -166,7 +167,10 @@ class _Checker:
         cudas = self.check_cuda(matrix.get("cuda"))
         self.check_nccl(self.listing("nccl", matrix.get("nccl", [])), cudas)
         self.check_dcgm(self.listing("dcgm", matrix.get("dcgm", [])))
-        self.check_gpus(self.listing("gpus", matrix.get("gpus", [])))
+        architectures = None
+        if "architectures" in matrix:
+            architectures = self.check_architectures(self.listing("architectures", matrix["architectures"]))
+        self.check_gpus(self.listing("gpus", matrix.get("gpus", [])), architectures)
         self.check_oses(self.listing("operating_systems", matrix.get("operating_systems", [])), cudas)
         self.check_packaging(self.listing("packaging", matrix.get("packaging", [])), branches)
         questions = matrix.get("open_questions", [])
@@ -197,7 +201,7 @@ class _Checker:
                 where,
                 entry,
                 ["branch", "kind", "eol", "cuda_major_max", "releases", "source"],
-                ["eol_source", "cuda_major_max_source", "kind_source"],
+                ["eol_source", "cuda_major_max_source", "kind_source", "known_bad"],
             ):
                 continue
             where = "driver_branches[R%s]" % entry.get("branch")
@@ -228,8 +232,29 @@ class _Checker:
                     else:
                         versions.append(release["version"])
             self.ordered(where + ".releases", versions, compare_versions)
+            self.check_known_bad(where, branch, entry.get("known_bad", []))
         self.ordered("driver_branches", numbers, lambda a, b: (a > b) - (a < b))
         return set(numbers)
+
+    def check_known_bad(self, where, branch, entries):
+        """known_bad: releases of this branch a branch request skips, each with its reason and source."""
+        versions = []
+        for index, bad in enumerate(self.listing(where + ".known_bad", entries)):
+            bad_where = "%s.known_bad[%d]" % (where, index)
+            if not self.keys(bad_where, bad, ["version", "reason", "source"]):
+                continue
+            self.sources(bad_where, bad)
+            if self.text(bad_where + ".reason", bad.get("reason")) and not bad["reason"].strip():
+                self.error(bad_where + ".reason", "say why the release is skipped")
+            if self.text(bad_where + ".version", bad.get("version"), parse_driver):
+                parts = parse_driver(bad["version"])
+                if len(parts) < 2:
+                    self.error(bad_where + ".version", "must be an exact release, not a branch")
+                elif parts[0] != branch:
+                    self.error(bad_where + ".version", "%s is not a release of R%d" % (bad["version"], branch))
+                else:
+                    versions.append(bad["version"])
+        self.ordered(where + ".known_bad", versions, compare_versions)
 
     def check_cuda(self, cuda):
         known = set()
@@ -288,7 +313,7 @@ class _Checker:
         versions = []
         for index, entry in enumerate(entries):
             where = "nccl[%d]" % index
-            if not self.keys(where, entry, ["version", "cuda", "source"], ["cuda_source"]):
+            if not self.keys(where, entry, ["version", "cuda", "source"], ["cuda_source", "build_sources"]):
                 continue
             self.sources(where, entry)
             if self.text(where + ".version", entry.get("version"), parse_nccl):
@@ -300,6 +325,15 @@ class _Checker:
             for build in builds:
                 if self.text(where + ".cuda", build, parse_cuda) and build not in cudas:
                     self.error(where + ".cuda", "CUDA %s is not in cuda.releases" % build)
+            build_sources = entry.get("build_sources", {})
+            if not isinstance(build_sources, dict):
+                self.error(where + ".build_sources", "must map a CUDA build to a source id")
+                continue
+            for build, source in build_sources.items():
+                if build not in builds:
+                    self.error(where + ".build_sources", "CUDA %s is not one of the release's builds" % (build,))
+                if source not in self.source_ids:
+                    self.error(where + ".build_sources", "source '%s' is not defined under sources:" % (source,))
         self.ordered("nccl", versions, compare_versions)
 
     def check_dcgm(self, entries):
@@ -320,7 +354,31 @@ class _Checker:
                 self.integer(where + ".cuda_majors", major)
         self.ordered("dcgm", versions, compare_versions)
 
-    def check_gpus(self, gpus):
+    def check_architectures(self, entries):
+        """Return the architecture names; each has cuda_major_max (int or null), optional dcgm_cuda_major_max."""
+        names = set()
+        for index, entry in enumerate(entries):
+            where = "architectures[%d]" % index
+            if not self.keys(
+                where,
+                entry,
+                ["name", "cuda_major_max", "source"],
+                ["cuda_major_max_source", "dcgm_cuda_major_max", "dcgm_cuda_major_max_source"],
+            ):
+                continue
+            if not self.text(where + ".name", entry.get("name")):
+                continue
+            where = "architectures[%s]" % entry["name"]
+            if entry["name"] in names:
+                self.error(where, "is listed twice")
+            names.add(entry["name"])
+            self.sources(where, entry)
+            self.integer(where + ".cuda_major_max", entry.get("cuda_major_max"), allow_none=True)
+            if "dcgm_cuda_major_max" in entry:
+                self.integer(where + ".dcgm_cuda_major_max", entry["dcgm_cuda_major_max"])
+        return names
+
+    def check_gpus(self, gpus, architectures=None):
         names = {}
         for index, entry in enumerate(gpus):
             where = "gpus[%d]" % index
@@ -334,7 +392,16 @@ class _Checker:
             where = "gpus[%s]" % entry.get("key")
             self.sources(where, entry)
             self.text(where + ".key", entry.get("key"))
-            self.text(where + ".architecture", entry.get("architecture"))
+            if (
+                self.text(where + ".architecture", entry.get("architecture"))
+                and architectures is not None
+                and entry["architecture"] not in architectures
+            ):
+                self.error(
+                    where + ".architecture",
+                    "%r is not under architectures: (known: %s)"
+                    % (entry["architecture"], ", ".join(sorted(architectures))),
+                )
             for flag in ("nvswitch", "nvlink5", "imex"):
                 if flag in entry and not isinstance(entry[flag], bool):
                     self.error(where + "." + flag, "must be true or false, got %r" % (entry[flag],))
@@ -578,6 +645,7 @@ class StackMatrix:
         self.cuda_compat = {entry["major"]: entry["min_driver"] for entry in data["cuda"]["minor_version_compat"]}
         self.nccl = {entry["version"]: entry for entry in data["nccl"]}
         self.dcgm = list(data["dcgm"])
+        self.architectures = {entry["name"]: entry for entry in data.get("architectures", [])}
         self.gpus = {entry["key"]: entry for entry in data["gpus"]}
         self._gpu_names = {}
         for entry in data["gpus"]:
@@ -626,6 +694,27 @@ class StackMatrix:
     def releases(self, number):
         entry = self.branches.get(number)
         return [release["version"] for release in entry["releases"]] if entry else []
+
+    def known_bad(self, number):
+        """Releases of branch ``number`` a branch request must skip (version strings, oldest first); [] if none."""
+        entry = self.branches.get(number)
+        return [bad["version"] for bad in entry.get("known_bad", [])] if entry else []
+
+    # -- GPU architectures
+
+    def architecture(self, name):
+        """The ``architectures`` entry for ``name`` (``volta``), or None when the matrix has none for it."""
+        return self.architectures.get(name)
+
+    def cuda_major_max_for_gpu(self, gpu):
+        """Newest CUDA major the GPU entry's architecture supports, or None for no limit."""
+        entry = self.architecture(gpu["architecture"]) if gpu else None
+        return entry["cuda_major_max"] if entry else None
+
+    def dcgm_cuda_major_max_for_gpu(self, gpu):
+        """Newest DCGM 4 ``-cuda<N>`` package the GPU entry's architecture takes, or None for no limit."""
+        entry = self.architecture(gpu["architecture"]) if gpu else None
+        return entry.get("dcgm_cuda_major_max") if entry else None
 
     # -- CUDA
 

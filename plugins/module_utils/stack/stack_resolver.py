@@ -192,8 +192,12 @@ def _check_gpu_vs_driver(gpu, branch, version, res):
         )
 
 
-def _resolve_cuda(matrix, text, branch, version, allow_compat, osys, res):
-    """Return (cuda_minor 'X.Y', cuda_full 'X.Y.Z') or (None, None)."""
+def _resolve_cuda(matrix, text, branch, version, allow_compat, osys, res, gpu=None):
+    """Return (cuda_minor 'X.Y', cuda_full 'X.Y.Z') or (None, None).
+
+    A CUDA major newer than the GPU architecture's ``cuda_major_max`` is refused whatever the driver
+    (CUDA 13.0 dropped Maxwell, Pascal and Volta: no driver or compatibility package brings it back).
+    """
     try:
         parts = parse_cuda(text)
     except ValueError as exc:
@@ -207,6 +211,15 @@ def _resolve_cuda(matrix, text, branch, version, allow_compat, osys, res):
             "cuda.unknown",
             "CUDA %s does not exist in the compatibility matrix: use one of %s"
             % (minor, ", ".join(same_major or matrix.cuda_minors())),
+        )
+        return None, None
+    arch_max = matrix.cuda_major_max_for_gpu(gpu)
+    if arch_max is not None and parts[0] > arch_max:
+        newest = matrix.cuda_minors(arch_max)
+        res.violate(
+            "cuda.gpu_architecture",
+            'CUDA %d.0 dropped %s GPUs (%s), the request asks for CUDA %s: use cuda "%s" or older'
+            % (arch_max + 1, gpu["architecture"], gpu["key"], minor, newest[-1] if newest else "%d.x" % arch_max),
         )
         return None, None
     updates = entry["updates"]
@@ -308,11 +321,30 @@ def _resolve_nccl(matrix, text, cuda, res):
     return version
 
 
-def _resolve_dcgm(matrix, text, branch, res):
+def _dcgm_cuda_major(matrix, branch, gpu):
+    """The ``-cuda<N>`` DCGM 4 package for this driver branch and GPU: the branch's CUDA major, lowered to the GPU
+    architecture's ``dcgm_cuda_major_max`` (Volta on R580 takes ``-cuda12``). None without a usable branch."""
+    entry = matrix.branch(branch) if branch is not None else None
+    if entry is None:
+        return None
+    cuda_major = entry["cuda_major_max"]
+    arch_max = matrix.dcgm_cuda_major_max_for_gpu(gpu)
+    return min(cuda_major, arch_max) if arch_max is not None else cuda_major
+
+
+def _dcgm_target(branch, cuda_major, gpu):
+    """Words for what the DCGM package must be built for, for messages."""
+    text = "CUDA %d drivers (%s" % (cuda_major, _branch_text(branch))
+    if gpu:
+        text += " on %s" % gpu["architecture"]
+    return text + ")"
+
+
+def _resolve_dcgm(matrix, text, branch, res, gpu=None):
     if text in (None, ""):
         return None
     text = str(text).strip()
-    cuda_major = matrix.branch(branch)["cuda_major_max"] if branch is not None and matrix.branch(branch) else None
+    cuda_major = _dcgm_cuda_major(matrix, branch, gpu)
     if text.isdigit():
         major = int(text)
         releases = matrix.dcgm_releases(major)
@@ -325,8 +357,8 @@ def _resolve_dcgm(matrix, text, branch, res):
         if not fitting:
             res.violate(
                 "dcgm.cuda_major",
-                'no DCGM %d release in the matrix has a package for CUDA %d drivers (%s): use dcgm: "4"'
-                % (major, cuda_major, _branch_text(branch)),
+                'no DCGM %d release in the matrix has a package for %s: use dcgm: "4"'
+                % (major, _dcgm_target(branch, cuda_major, gpu)),
             )
             return None
         chosen = fitting[-1]
@@ -354,12 +386,10 @@ def _resolve_dcgm(matrix, text, branch, res):
             newer = [r["version"] for r in matrix.dcgm_releases(4) if cuda_major in r["cuda_majors"]]
             res.violate(
                 "dcgm.cuda_major",
-                "DCGM %s has no package for CUDA %d drivers (%s supports CUDA %d): use %s"
+                "DCGM %s has no package for %s: use %s"
                 % (
                     text,
-                    cuda_major,
-                    _branch_text(branch),
-                    cuda_major,
+                    _dcgm_target(branch, cuda_major, gpu),
                     'dcgm: "%s"' % newer[-1] if newer else "an older driver branch",
                 ),
             )
@@ -521,7 +551,9 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
 
     cuda = cuda_full = None
     if request.get("cuda") not in (None, "") and branch_entry is not None:
-        cuda, cuda_full = _resolve_cuda(matrix, request["cuda"], branch, version, bool(allow_compat), osys, res)
+        cuda, cuda_full = _resolve_cuda(
+            matrix, request["cuda"], branch, version, bool(allow_compat), osys, res, gpu=gpu_entry
+        )
     elif request.get("cuda") not in (None, ""):
         # No usable driver: still report a malformed or non-existent CUDA version.
         try:
@@ -537,7 +569,7 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
                 )
 
     nccl = _resolve_nccl(matrix, request.get("nccl"), cuda, res) if cuda or request.get("nccl") else None
-    dcgm = _resolve_dcgm(matrix, request.get("dcgm"), branch if branch_entry else None, res)
+    dcgm = _resolve_dcgm(matrix, request.get("dcgm"), branch if branch_entry else None, res, gpu=gpu_entry)
     kernel_modules = _resolve_kernel_modules(gpu_entry, request.get("kernel_modules"), branch, res)
 
     if nvswitch is None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import default_matrix
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import StackMatrix, default_matrix
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_resolver import (
     StackViolations,
     resolve,
@@ -95,7 +96,9 @@ def test_unknown_branch():
 
 
 def test_branch_without_releases_needs_exact_version():
-    assert "driver.no_release" in rules({"driver": "620", "cuda": "13.0"})
+    data = copy.deepcopy(default_matrix().data)
+    next(entry for entry in data["driver_branches"] if entry["branch"] == 620)["releases"] = []
+    assert "driver.no_release" in rules({"driver": "620", "cuda": "13.0"}, matrix=StackMatrix(data))
 
 
 @pytest.mark.parametrize("driver", ["55", "550.", "latest", "550.127.08.1"])
@@ -119,6 +122,16 @@ def test_malformed_driver(driver):
         ("580.65.06", "13.0", True, "13.0.0"),
         ("580.95.05", "13.0", True, "13.0.2"),
         ("535.247.01", "12.2", True, "12.2.2"),
+        # Updates added by the matrix audit (release notes table and runfiles)
+        ("570.195.03", "12.8", True, "12.8.1"),
+        ("570.211.01", "12.8", True, "12.8.2"),
+        ("580.105.08", "13.0", True, "13.0.2"),
+        ("580.126.20", "13.0", True, "13.0.3"),
+        ("590.44.01", "13.1", True, "13.1.0"),
+        ("590.48.01", "13.1", True, "13.1.2"),
+        ("595.58.03", "13.2.2", False, None),
+        ("595.58.03", "13.2", True, "13.2.1"),
+        ("595.71.05", "13.2", True, "13.2.2"),
     ],
 )
 def test_cuda_min_driver_boundary(driver, cuda, ok, toolkit):
@@ -202,10 +215,23 @@ def test_nccl_unknown_or_malformed(nccl, rule):
 
 
 def test_no_nccl_build_for_cuda_warns_and_leaves_it_out():
-    result = run({"driver": "535", "cuda": "12.2"})
+    result = run({"driver": "545", "cuda": "12.3"})
     assert result["nccl_version"] is None
     assert not names(result, "nccl")
-    assert any("no NCCL build for CUDA 12.2" in w for w in result["warnings"])
+    assert any("no NCCL build for CUDA 12.3" in w for w in result["warnings"])
+
+
+@pytest.mark.parametrize(
+    ("driver", "cuda", "nccl"),
+    [("535", "12.2", "2.25.1"), ("560", "12.6", "2.23.4"), ("580", "13.0", "2.28.9"), ("590", "13.1", "2.29.2")],
+)
+def test_default_nccl_uses_the_audited_builds(driver, cuda, nccl):
+    assert run({"driver": driver, "cuda": cuda})["nccl_version"] == nccl
+
+
+def test_nccl_build_for_a_cuda_the_matrix_lacks_is_not_offered():
+    # 2.30.7 has a +cuda13.3 build, but CUDA 13.3 is not in the matrix (its minimum driver is unchecked).
+    assert rules({"driver": "580", "cuda": "13.0", "nccl": "2.30.7"}) == ["nccl.cuda_build"]
 
 
 # ------------------------------------------------------------------ DCGM
@@ -225,6 +251,35 @@ def test_dcgm4_package_follows_driver_cuda_major(driver, cuda, package):
 def test_dcgm_release_without_package_for_cuda13_driver():
     assert rules({"driver": "580", "cuda": "13.0", "dcgm": "4.1.1"}) == ["dcgm.cuda_major"]
     assert rules({"driver": "575", "cuda": "12.9", "dcgm": "4.1.1"}) == []
+
+
+@pytest.mark.parametrize(
+    ("gpu", "driver", "cuda", "package"),
+    [
+        # NVIDIA: Maxwell, Pascal and Volta on R580 take the -cuda12 DCGM packages, not -cuda13.
+        ("v100-sxm2", "580", "12.9", "datacenter-gpu-manager-4-cuda12"),
+        ("v100-pcie", "580.178.04", "12.8", "datacenter-gpu-manager-4-cuda12"),
+        ("v100-sxm2", "575", "12.9", "datacenter-gpu-manager-4-cuda12"),
+        ("a100-sxm4", "580", "12.9", "datacenter-gpu-manager-4-cuda13"),
+        ("h100-sxm", "580", "13.0", "datacenter-gpu-manager-4-cuda13"),
+    ],
+)
+def test_dcgm4_cuda_major_follows_gpu_architecture(gpu, driver, cuda, package):
+    result = run({"driver": driver, "cuda": cuda, "dcgm": "4"}, gpu=gpu)
+    assert result["dcgm"]["package"] == package
+    assert result["dcgm"]["cuda_major"] == int(package[-2:])
+    dcgm_pin = next(p for p in result["pins"] if p["component"] == "dcgm")
+    assert package in dcgm_pin["names"]
+    assert any(name.endswith("cuda13") for name in dcgm_pin["names"]) is package.endswith("cuda13")
+
+
+def test_dcgm_without_cuda13_package_is_fine_on_volta_with_r580():
+    # DCGM 4.1.1 has no -cuda13 package: refused for an H100 on R580, right for a V100 on R580 (-cuda12).
+    assert rules({"driver": "580", "cuda": "12.9", "dcgm": "4.1.1"}, gpu="v100-sxm2") == []
+    found = violations({"driver": "580", "cuda": "13.0", "dcgm": "4.1.1"}, "Debian", "12", "h100-sxm", today=TODAY)
+    assert [v["rule"] for v in found] == ["dcgm.cuda_major"]
+    assert "CUDA 13 drivers (R580 on hopper)" in found[0]["message"]
+    assert rules({"driver": "580", "cuda": "12.9", "dcgm": "3"}, gpu="v100-sxm2") == []
 
 
 def test_dcgm3_has_no_cuda13_package():
@@ -253,7 +308,7 @@ def test_no_dcgm_by_default():
         ("b200", "565", "12.6", "gpu.min_branch"),
         ("b200", "570.124.06", "12.8", "gpu.min_driver"),  # HGX B200 needs 570.133.20
         ("h200-sxm", "545", "12.3", "gpu.min_branch"),
-        ("v100-sxm2", "590", "13.1", "gpu.last_branch"),
+        ("v100-sxm2", "590", "12.9", "gpu.last_branch"),
     ],
 )
 def test_gpu_branch_limits(gpu, driver, cuda, rule):
@@ -262,10 +317,36 @@ def test_gpu_branch_limits(gpu, driver, cuda, rule):
 
 @pytest.mark.parametrize(
     ("gpu", "driver", "cuda"),
-    [("b200", "570.133.20", "12.8"), ("h200-sxm", "550", "12.4"), ("v100-sxm2", "580", "13.0")],
+    [("b200", "570.133.20", "12.8"), ("h200-sxm", "550", "12.4"), ("v100-sxm2", "580", "12.9")],
 )
 def test_gpu_branch_limits_inclusive(gpu, driver, cuda):
     assert rules({"driver": driver, "cuda": cuda}, gpu=gpu) == []
+
+
+@pytest.mark.parametrize("gpu", ["v100-sxm2", "v100-pcie", "v100-sxm3", "Tesla V100-SXM2-32GB"])
+@pytest.mark.parametrize("cuda", ["13.0", "13.0.2", "13.2"])
+def test_cuda13_is_refused_on_volta(gpu, cuda):
+    # CUDA 13.0 dropped Maxwell, Pascal and Volta: no driver, compat flag or update brings it back.
+    request = {"driver": "580", "cuda": cuda, "allow_minor_version_compat": True}
+    found = violations(request, "Debian", "12", gpu, today=TODAY)
+    assert [v["rule"] for v in found] == ["cuda.gpu_architecture"]
+    assert "CUDA 13.0 dropped volta GPUs" in found[0]["message"]
+    assert 'use cuda "12.9" or older' in found[0]["message"]
+
+
+@pytest.mark.parametrize(
+    ("gpu", "cuda"), [("v100-sxm2", "12.9"), ("v100-sxm2", "12.2"), ("a100-sxm4", "13.0"), ("l4", "13.0")]
+)
+def test_cuda_up_to_the_architecture_limit_is_allowed(gpu, cuda):
+    assert rules({"driver": "580", "cuda": cuda}, gpu=gpu) == []
+
+
+def test_cuda_architecture_limit_comes_from_the_matrix():
+    data = copy.deepcopy(default_matrix().data)
+    next(a for a in data["architectures"] if a["name"] == "ampere")["cuda_major_max"] = 12
+    assert rules({"driver": "580", "cuda": "13.0"}, gpu="a100-sxm4", matrix=StackMatrix(data)) == [
+        "cuda.gpu_architecture"
+    ]
 
 
 def test_unknown_gpu_message():
@@ -283,7 +364,7 @@ def test_unknown_gpu_message():
         ("gh200", "auto", "550", "12.4", "open"),
         ("b200", "auto", "570", "12.8", "open"),
         ("gb200", "open", "580", "13.0", "open"),
-        ("v100-sxm2", "auto", "580", "13.0", "proprietary"),
+        ("v100-sxm2", "auto", "580", "12.9", "proprietary"),
         ("h100-sxm", "auto", "555", "12.5", "proprietary"),  # before R560 default
         ("h100-sxm", "auto", "560", "12.6", "open"),  # R560 made open the default
         ("h100-sxm", "proprietary", "580", "13.0", "proprietary"),
@@ -444,8 +525,10 @@ def test_eol_branch_refused_by_policy():
     assert rules({"driver": "535", "cuda": "12.2", "allow_eol_branch": False}, today=datetime.date(2026, 5, 1)) == []
 
 
-def test_feature_branch_warns():
-    result = run({"driver": "575", "cuda": "12.9"})
+@pytest.mark.parametrize(("driver", "cuda"), [("575", "12.9"), ("615", "13.2")])
+def test_feature_branch_warns(driver, cuda):
+    result = run({"driver": driver, "cuda": cuda})
+    assert result["driver_kind"] == "feature"
     assert any("new feature branch" in w for w in result["warnings"])
 
 
