@@ -16,9 +16,13 @@ description:
   - Judges ECC errors, row remapping (Ampere and later) or retired pages (Volta), PCIe link generation and width,
     temperature, clock event (throttle) reasons, recovery actions the driver asks for, NVLink fabric state, Xid and
     NVSwitch SXid events against NVIDIA's Xid catalog, NVLink links and counters, InfiniBand state and rate.
-  - O(level=standard) adds C(dcgmi diag -r 1); O(level=extended) runs C(dcgmi diag -r 2) and, when nccl-tests is
-    installed, C(all_reduce_perf) against a bus-bandwidth threshold. A missing optional tool is a skipped check with
-    its reason, not a failure.
+  - O(level=standard) adds C(dcgmi diag -r 1); O(level=extended) runs C(dcgmi diag -r 2) and C(all_reduce_perf)
+    against a bus-bandwidth threshold.
+  - The verdict fails closed. At the level asked for, a missing tool (no C(dcgmi), no C(all_reduce_perf)), a run
+    that timed out or failed, or an empty result (C(dcgmi diag) without results: the host engine did not answer)
+    fails its check, with the fix in the detail. Skip a check with O(skip_checks) to not ask for it. A kernel log
+    that cannot be read fails the Xid checks; Fabric Manager's state that cannot be read on an NVSwitch node fails
+    its check; C(nvidia-smi nvlink -s) failing fails the NVLink check where links are expected.
   - Offline triage, with O(nvidia_smi_xml) set, judges captured files instead and runs no command at all, so a support
     engineer can run C(ansible localhost -m gpuops.cluster.gpu_health -a nvidia_smi_xml=...) on a user's capture.
   - Never changes the node. The only write is the optional O(prometheus_textfile).
@@ -107,6 +111,12 @@ options:
     type: list
     elements: str
     default: []
+  expected_ib_port_count:
+    description:
+      - How many InfiniBand ports the node must have up (C(ACTIVE), C(LinkUp), at O(expected_ib_rate) when set).
+        Fewer fails the node, whichever ports are down; without it and without O(expected_ib_ports) a down port
+        only warns (an HCA port nobody cabled).
+    type: int
   expected_ib_rate:
     description:
       - Minimum rate of each checked InfiniBand port in Gb/s (C(400) for NDR, C(200) for HDR).
@@ -138,6 +148,17 @@ options:
         against it, before O(expected_pcie_width) and the GPU's maximum.
     type: dict
     default: {}
+  command_timeout:
+    description:
+      - Seconds each reading command (C(nvidia-smi), C(journalctl), C(dmesg), C(systemctl)) may run. Every command
+        runs under coreutils C(timeout) (SIGTERM, SIGKILL 5 s later); a read that times out fails its checks.
+    type: int
+    default: 60
+  diag_timeout:
+    description:
+      - Seconds C(dcgmi diag) and C(all_reduce_perf) may run. Default 300 for C(dcgmi diag -r 1), 1800 for C(-r 2),
+        900 for C(all_reduce_perf). A run that times out fails its check (the DCGM host engine did not answer).
+    type: int
   thresholds:
     description:
       - Limits of the checks. Unset keys keep their defaults.
@@ -320,14 +341,14 @@ summary:
     counts: {pass: 97, warn: 0, fail: 1, skip: 12}
     failed: ["row_remap[gpu3]: row remapping pending: reset the GPU to apply it"]
 commands:
-  description: Every command run, in order (empty in offline triage).
+  description: Every command run, in order, with its C(timeout) wrapper (empty in offline triage).
   returned: always
   type: list
   elements: str
   sample:
-    - /usr/bin/nvidia-smi -q -x
-    - /usr/bin/journalctl -k -b 0 -o short-iso --no-pager
-    - /usr/bin/nvidia-smi nvlink -s
+    - /usr/bin/timeout -k 5 60 /usr/bin/nvidia-smi -q -x
+    - /usr/bin/timeout -k 5 60 /usr/bin/journalctl -k -b 0 -o short-iso --no-pager
+    - /usr/bin/timeout -k 5 60 /usr/bin/nvidia-smi nvlink -s
 mode:
   description: V(live) or V(offline).
   returned: always
@@ -382,12 +403,15 @@ def argument_spec():
         expected_gpu_model=dict(type="str"),
         expected_driver_version=dict(type="str"),
         expected_ib_ports=dict(type="list", elements="str", default=[]),
+        expected_ib_port_count=dict(type="int"),
         expected_ib_rate=dict(type="int"),
         expected_nvlinks=dict(type="int"),
         expected_pcie_width=dict(type="int"),
         expected_pcie_gen=dict(type="int"),
         pcie_baseline=dict(type="dict", default={}),
         thresholds=dict(type="dict", default={}, options=_THRESHOLD_SPEC),
+        command_timeout=dict(type="int", default=60),
+        diag_timeout=dict(type="int"),
         skip_checks=dict(type="list", elements="str", default=[], choices=list(gpu_health.CHECKS)),
         fail_on_unhealthy=dict(type="bool", default=False),
         prometheus_textfile=dict(type="path"),
@@ -429,11 +453,14 @@ def main():
 
     reader = NodeReader(module)
     inputs = reader.read_all(offline, since)
+    for note in reader.notes:
+        module.warn(note)
     options = {
         "expected_gpu_count": params["expected_gpu_count"],
         "expected_gpu_model": params["expected_gpu_model"],
         "expected_driver_version": params["expected_driver_version"],
         "expected_ib_ports": params["expected_ib_ports"],
+        "expected_ib_port_count": params["expected_ib_port_count"],
         "expected_ib_rate": params["expected_ib_rate"],
         "expected_nvlinks": params["expected_nvlinks"],
         "expected_pcie_width": params["expected_pcie_width"],

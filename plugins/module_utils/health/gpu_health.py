@@ -603,6 +603,28 @@ def _nvlink_error_checks(errors, gpus, limit):
     return checks or [_check("nvlink_errors", "skip", "no NVLink error counters reported")]
 
 
+def _infiniband_count_check(ib, expected_count, expected_rate):
+    """The node must have ``expected_count`` InfiniBand ports up (Active, LinkUp, at the rate): fails short of it."""
+    ports = [port for port in ib["ports"] if (port.get("link_layer") or "InfiniBand").lower() == "infiniband"]
+    up = [
+        port["name"]
+        for port in ports
+        if (port["state"] or "").upper() == "ACTIVE"
+        and (port["phys_state"] or "").lower() == "linkup"
+        and (not expected_rate or (port["rate_gbps"] or 0) >= expected_rate)
+    ]
+    down = sorted(port["name"] for port in ports if port["name"] not in up)
+    if len(up) < expected_count:
+        return _check(
+            "infiniband",
+            "fail",
+            "%d of %d expected InfiniBand ports up%s (down: %s): check cables, the switch port and the HCA"
+            % (len(up), expected_count, " at %d Gb/s" % expected_rate if expected_rate else "", ", ".join(down) or "-"),
+            action="hardware_inspection",
+        )
+    return _check("infiniband", "pass", "%d InfiniBand ports up, %d expected" % (len(up), expected_count))
+
+
 def _infiniband_checks(ib, expected_ports, expected_rate, limit):
     ports = {port["name"]: port for port in ib["ports"]}
     by_device = {}
@@ -660,8 +682,18 @@ def _dcgm_checks(dcgm, gpus):
         return [
             _check(
                 "dcgm_diag",
-                "warn",
-                "dcgmi diag -r %s gave no results: %s" % (dcgm["level"], "; ".join(parsed["warnings"])),
+                "fail",
+                "dcgmi diag -r %s gave no results (%s): the DCGM host engine did not answer; start it "
+                "(systemctl enable --now nvidia-dcgm) and run again" % (dcgm["level"], "; ".join(parsed["warnings"])),
+            )
+        ]
+    if dcgm.get("rc") not in (None, 0) and not parsed["failed"]:
+        return [
+            _check(
+                "dcgm_diag",
+                "fail",
+                "dcgmi diag -r %s exited %s with no failed test: %s"
+                % (dcgm["level"], dcgm["rc"], "; ".join(parsed["warnings"]) or "see dcgmi diag output"),
             )
         ]
     if not parsed["failed"]:
@@ -695,7 +727,11 @@ def _nccl_check(nccl, gpus, minimum):
         minimum = next((value for model, value in NCCL_BUSBW_GBPS if model in models), None)
     busbw = parsed["busbw_gbps"]
     if busbw is None:
-        return _check("nccl_busbw", "warn", "all_reduce_perf gave no result: %s" % "; ".join(parsed["warnings"]))
+        return _check(
+            "nccl_busbw",
+            "fail",
+            "all_reduce_perf gave no bus bandwidth: %s" % ("; ".join(parsed["warnings"]) or "empty output"),
+        )
     if parsed["wrong"]:
         return _check(
             "nccl_busbw",
@@ -740,12 +776,16 @@ def evaluate(inputs, options=None):
     ``infiniband`` (infiniband.read_ports), ``fabricmanager``
     (``{required, state, reason}``), ``dcgm`` (``{level, parsed}``), ``nccl``
     (``{parsed}``) and ``unavailable``: ``{source: reason}`` for sources not
-    read, which turns their checks into skips with that reason. Sources:
+    read, which turns their checks into skips with that reason, and ``failed``: ``{source: reason}``
+    for sources asked for at this level that could not be read (tool missing, timed out, failed),
+    which turns their checks into failures with that reason: the verdict fails closed. ``nvswitch``:
+    the node's NVSwitch devices (None when unknown). Sources:
     ``smi kernel nvlink_status nvlink_errors infiniband fabricmanager dcgm nccl``.
 
     ``options``: ``expected_gpu_count``, ``expected_gpu_model``,
     ``expected_driver_version``, ``expected_ib_ports`` (``mlx5_0`` or
-    ``mlx5_0:1``), ``expected_ib_rate`` (Gb/s), ``thresholds`` (see
+    ``mlx5_0:1``), ``expected_ib_port_count``, ``expected_ib_rate`` (Gb/s), ``expected_nvlinks``,
+    ``expected_pcie_width``, ``expected_pcie_gen``, ``pcie_baseline``, ``thresholds`` (see
     ``DEFAULT_THRESHOLDS``), ``skip_checks``.
     """
     options = options or {}
@@ -757,8 +797,16 @@ def evaluate(inputs, options=None):
     unavailable = dict(inputs.get("unavailable") or {})
     checks = []
 
+    failed_sources = dict(inputs.get("failed") or {})
+
     def skipped(names, reason):
         return [_check(name, "skip", reason) for name in names]
+
+    def not_read(names, source, default):
+        """Checks of a source not read: a failure when it was asked for and could not be read, else skips."""
+        if source in failed_sources:
+            return [_check(name, "fail", failed_sources[source]) for name in names]
+        return skipped(names, unavailable.get(source, default))
 
     smi = inputs.get("smi")
     gpus = smi["gpus"] if smi else []
@@ -801,25 +849,31 @@ def evaluate(inputs, options=None):
 
     kernel = inputs.get("kernel")
     if kernel is None:
-        checks.extend(skipped(("xid", "fallen_off_bus", "sxid"), unavailable.get("kernel", "kernel log not read")))
+        checks.extend(not_read(("xid", "fallen_off_bus", "sxid"), "kernel", "kernel log not read"))
     else:
         checks.extend(_xid_checks(kernel, gpus))
         checks.extend(_fallen_off_bus_checks(kernel, gpus))
         checks.extend(_sxid_checks(kernel))
 
     if inputs.get("nvlink_status") is None:
-        checks.extend(skipped(("nvlink",), unavailable.get("nvlink_status", "NVLink status not read")))
+        expected = [
+            nvlink_counts.expected_links(gpu, inputs.get("nvswitch"), options.get("expected_nvlinks"))["links"]
+            for gpu in gpus
+        ]
+        if "nvlink_status" in failed_sources and not any(expected):
+            failed_sources.pop("nvlink_status")  # no link expected on this node: a failed read is no finding
+        checks.extend(not_read(("nvlink",), "nvlink_status", "NVLink status not read"))
     else:
         checks.extend(
             _nvlink_checks(inputs["nvlink_status"], gpus, inputs.get("nvswitch"), options.get("expected_nvlinks"))
         )
     if inputs.get("nvlink_errors") is None:
-        checks.extend(skipped(("nvlink_errors",), unavailable.get("nvlink_errors", "NVLink error counters not read")))
+        checks.extend(not_read(("nvlink_errors",), "nvlink_errors", "NVLink error counters not read"))
     else:
         checks.extend(_nvlink_error_checks(inputs["nvlink_errors"], gpus, limits["nvlink_errors"]))
 
     if inputs.get("infiniband") is None:
-        checks.extend(skipped(("infiniband",), unavailable.get("infiniband", "InfiniBand ports not read")))
+        checks.extend(not_read(("infiniband",), "infiniband", "InfiniBand ports not read"))
     else:
         checks.extend(
             _infiniband_checks(
@@ -827,18 +881,25 @@ def evaluate(inputs, options=None):
                 limits["ib_counter_errors"],
             )
         )  # fmt: skip
+        if options.get("expected_ib_port_count"):
+            checks.append(
+                _infiniband_count_check(
+                    inputs["infiniband"], options["expected_ib_port_count"], options.get("expected_ib_rate")
+                )
+            )
+            checks = [c for c in checks if not (c["name"] == "infiniband" and c["status"] == "skip")]
 
     if inputs.get("fabricmanager") is None:
-        checks.extend(skipped(("fabricmanager",), unavailable.get("fabricmanager", "Fabric Manager state not read")))
+        checks.extend(not_read(("fabricmanager",), "fabricmanager", "Fabric Manager state not read"))
     else:
         checks.append(_fabricmanager_check(inputs["fabricmanager"]))
 
     if inputs.get("dcgm") is None:
-        checks.extend(skipped(("dcgm_diag",), unavailable.get("dcgm", "not run at this level")))
+        checks.extend(not_read(("dcgm_diag",), "dcgm", "not run at this level"))
     else:
         checks.extend(_dcgm_checks(inputs["dcgm"], gpus))
     if inputs.get("nccl") is None:
-        checks.extend(skipped(("nccl_busbw",), unavailable.get("nccl", "not run at this level")))
+        checks.extend(not_read(("nccl_busbw",), "nccl", "not run at this level"))
     else:
         checks.append(_nccl_check(inputs["nccl"], gpus, limits["nccl_busbw_gbps"]))
 

@@ -14,8 +14,13 @@ NVLink state and error counters need their own ``nvidia-smi nvlink`` calls: ``nv
 ``<fabric>`` (state, status, health) which :mod:`nvidia_smi_xml` already reads.
 
 The reader needs an ``AnsibleModule`` (or anything with ``params``, ``run_command``,
-``get_bin_path`` and ``fail_json``); it runs commands through ``module.run_command`` with argv lists
+``get_bin_path`` and ``fail_json``); it runs commands through ``module.run_command`` with argv lists,
+each under coreutils ``timeout`` (``command_timeout``; ``diag_timeout`` for dcgmi and nccl-tests),
 and leaves the locale to ``command_runner.use_c_locale``.
+
+It fails closed: a source asked for at the level run that cannot be read (tool missing, timed out,
+failed, no result) goes to ``failed`` with the fix, and its checks fail; ``unavailable`` holds only
+what the level or the options did not ask for.
 """
 
 from __future__ import annotations
@@ -37,6 +42,12 @@ SYSTEMD_STATES = ("active", "inactive", "failed", "activating", "deactivating", 
 NCCL_DIRS = ["/usr/local/bin", "/opt/nccl-tests/build", "/usr/local/nccl-tests/build"]
 NVSWITCH_DEVICES = "/proc/driver/nvidia-nvswitch/devices"
 PROC_STAT = "/proc/stat"
+COMMAND_TIMEOUT = 60  # s, every read (nvidia-smi, journalctl, dmesg, systemctl)
+DIAG_TIMEOUTS = {"1": 300, "2": 1800}  # s, dcgmi diag -r N (-r 1 takes seconds once the host engine answers)
+NCCL_TIMEOUT = 900  # s, all_reduce_perf at 16 GB on one node
+KILL_AFTER = 5  # s between SIGTERM and SIGKILL
+TIMEOUT_RCS = (124, 137)  # coreutils timeout: the limit was reached (137: killed after the grace)
+DCGM_PACKAGES = "datacenter-gpu-manager (DCGM 3) or datacenter-gpu-manager-4-cuda<N> (DCGM 4)"
 
 
 def boot_time(root="/"):
@@ -72,12 +83,31 @@ class NodeReader:
         self.root = root
         self.commands = []
         self.unavailable = {}
+        self.failed = {}
+        self.notes = []
         self.skip = set(self.params["skip_checks"])
         self.smi_path = None
+        self.timeout_path = None
 
-    def run(self, argv):
-        self.commands.append(" ".join(argv))
-        return self.module.run_command(argv)
+    def run(self, argv, timeout=None):
+        """``(rc, out, err, timed_out)`` of ``argv`` run under coreutils ``timeout`` (``command_timeout`` by default).
+
+        A command still running at its limit gets SIGTERM, then SIGKILL 5 s later (rc 124 or 137).
+        """
+        timeout = int(timeout or self.params.get("command_timeout") or COMMAND_TIMEOUT)
+        if self.timeout_path is None:
+            self.timeout_path = self.module.get_bin_path("timeout") or ""
+            if not self.timeout_path:
+                self.notes.append("coreutils timeout not found: commands run without a time limit")
+        wrapped = list(argv)
+        if self.timeout_path:
+            wrapped = [self.timeout_path, "-k", str(KILL_AFTER), str(timeout), *argv]
+        self.commands.append(" ".join(wrapped))
+        rc, out, err = self.module.run_command(wrapped)
+        timed_out = bool(self.timeout_path) and rc in TIMEOUT_RCS
+        if timed_out:
+            err = "did not finish in %d s (stopped)" % timeout
+        return rc, out, err, timed_out
 
     def read_file(self, path, what):
         """A captured file given by an option; fails the module with the path and the error."""
@@ -99,6 +129,7 @@ class NodeReader:
         inputs["dcgm"] = self.dcgm(offline)
         inputs["nccl"] = self.nccl(offline, smi)
         inputs["unavailable"] = self.unavailable
+        inputs["failed"] = self.failed
         return inputs
 
     # --- nvidia-smi -----------------------------------------------------------------------------
@@ -110,7 +141,7 @@ class NodeReader:
             self.unavailable["smi"] = "nvidia-smi not found: install the NVIDIA driver or set nvidia_smi_path"
             return None
         self.smi_path = path
-        rc, out, err = self.run([path, "-q", "-x"])
+        rc, out, err, _ = self.run([path, "-q", "-x"])
         if "<nvidia_smi_log" not in out:
             self.unavailable["smi"] = "nvidia-smi -q -x failed (rc=%s): %s" % (rc, (err or out).strip()[:300])
             return None
@@ -141,24 +172,30 @@ class NodeReader:
                 else:
                     local = since.astimezone().strftime("%Y-%m-%d %H:%M:%S") if since.tzinfo else since.isoformat(" ")
                     argv = [journalctl, "_TRANSPORT=kernel", "-o", "short-iso", "--no-pager", "--since", local]
-                rc, out, err = self.run(argv)
+                rc, out, err, _ = self.run(argv)
                 if rc == 0:
                     return kernel_log.parse(out, since=since, boot_time=booted if since is None else None)
                 if source == "journalctl":
-                    self.unavailable["kernel"] = "journalctl failed (rc=%s): %s" % (rc, err.strip()[:300])
+                    self.failed["kernel"] = "journalctl failed (rc=%s): %s: run as root or pass kernel_log" % (
+                        rc,
+                        err.strip()[:300],
+                    )
                     return None
             elif source == "journalctl":
-                self.unavailable["kernel"] = "journalctl not found: use kernel_log_source=dmesg"
+                self.failed["kernel"] = "journalctl not found: use kernel_log_source=dmesg or pass kernel_log"
                 return None
         dmesg = self.module.get_bin_path("dmesg")
         if not dmesg:
-            self.unavailable["kernel"] = "neither journalctl nor dmesg found: pass kernel_log"
+            self.failed["kernel"] = "neither journalctl nor dmesg found: pass kernel_log"
             return None
-        rc, out, err = self.run([dmesg, "-T"])
+        rc, out, err, _ = self.run([dmesg, "-T"])
         if rc != 0:
-            self.unavailable["kernel"] = "dmesg -T failed (rc=%s): %s. Run as root or pass kernel_log." % (
-                rc,
-                err.strip()[:300],
+            self.failed["kernel"] = (
+                "kernel log not readable: dmesg -T failed (rc=%s): %s. Run as root or pass kernel_log."
+                % (
+                    rc,
+                    err.strip()[:300],
+                )
             )
             return None
         return kernel_log.parse(out, since=since, boot_time=booted if since is None else None)
@@ -180,18 +217,22 @@ class NodeReader:
             self.unavailable["nvlink_status"] = self.unavailable["nvlink_errors"] = "no GPU visible"
             return status, errors
         if status is None and "nvlink" not in self.skip:
-            rc, out, err = self.run([self.smi_path, "nvlink", "-s"])
+            rc, out, err, timed_out = self.run([self.smi_path, "nvlink", "-s"])
             parsed = nvlink.parse_status(out)
-            if rc == 0 or parsed["gpus"]:  # some drivers exit non-zero when a GPU's links are all inactive
+            if not timed_out and (rc == 0 or parsed["gpus"]):  # some drivers exit non-zero when links are all down
                 status = parsed
             else:
-                self.unavailable["nvlink_status"] = "nvidia-smi nvlink -s failed (rc=%s): %s" % (rc, (err or out)[:200])
+                # fails only where the GPU model or the NVSwitches say links belong (the evaluator decides)
+                self.failed["nvlink_status"] = "nvidia-smi nvlink -s failed (rc=%s): %s: reset the GPU or reboot" % (
+                    rc,
+                    (err or out).strip()[:200],
+                )
         if errors is None and "nvlink_errors" not in self.skip:
             if self.params["level"] == "quick":
                 self.unavailable["nvlink_errors"] = "NVLink error counters are read from level=standard"
             else:
-                rc, out, err = self.run([self.smi_path, "nvlink", "-e"])
-                if rc == 0:
+                rc, out, err, timed_out = self.run([self.smi_path, "nvlink", "-e"])
+                if rc == 0 and not timed_out:
                     errors = nvlink.parse_errors(out)
                 else:
                     self.unavailable["nvlink_errors"] = "nvidia-smi nvlink -e failed (rc=%s): %s" % (
@@ -223,14 +264,17 @@ class NodeReader:
             return None
         systemctl = self.module.get_bin_path("systemctl")
         if not systemctl:
-            self.unavailable["fabricmanager"] = "systemctl not found: cannot read the nvidia-fabricmanager state"
+            self.failed["fabricmanager"] = (
+                "systemctl not found: cannot read the nvidia-fabricmanager state this NVSwitch node needs; "
+                "pass fabricmanager_state or skip fabricmanager"
+            )
             return None
-        rc, out, err = self.run([systemctl, "is-active", "nvidia-fabricmanager"])
+        rc, out, err, _ = self.run([systemctl, "is-active", "nvidia-fabricmanager"])
         state = (out.strip().splitlines() or [""])[0]
         if state not in SYSTEMD_STATES:
-            self.unavailable["fabricmanager"] = "systemctl is-active nvidia-fabricmanager gave no state (rc=%s): %s" % (
-                rc,
-                (err or out).strip()[:200],
+            self.failed["fabricmanager"] = (
+                "systemctl is-active nvidia-fabricmanager gave no state (rc=%s): %s: this NVSwitch node needs "
+                "Fabric Manager running" % (rc, (err or out).strip()[:200])
             )
             return None
         return {"required": True, "state": state}
@@ -248,13 +292,23 @@ class NodeReader:
             return None
         dcgmi = self.module.get_bin_path("dcgmi")
         if not dcgmi:
-            self.unavailable["dcgm"] = "dcgmi not installed: install datacenter-gpu-manager to run dcgm_diag"
+            self.failed["dcgm"] = (
+                "dcgmi not installed, level=%s runs dcgmi diag -r %s: install %s and start nvidia-dcgm, "
+                "or skip dcgm_diag" % (self.params["level"], level, DCGM_PACKAGES)
+            )
             return None
-        rc, out, err = self.run([dcgmi, "diag", "-r", level, "-j"])
+        timeout = self.params.get("diag_timeout") or DIAG_TIMEOUTS[level]
+        rc, out, err, timed_out = self.run([dcgmi, "diag", "-r", level, "-j"], timeout=timeout)
+        if timed_out:
+            self.failed["dcgm"] = (
+                "dcgmi diag -r %s: the DCGM host engine did not answer in %d s: check systemctl status "
+                "nvidia-dcgm, then run again" % (level, timeout)
+            )
+            return None
         parsed = dcgm_diag.parse(out)
         if not parsed["results"]:
             parsed["warnings"].append("rc=%s %s" % (rc, (err or out).strip()[:300]))
-        return {"level": level, "parsed": parsed}
+        return {"level": level, "parsed": parsed, "rc": rc}
 
     def nccl(self, offline, smi):
         if self.params["nccl_output"]:
@@ -264,10 +318,21 @@ class NodeReader:
             return None
         binary = self.params["all_reduce_perf_path"] or self.module.get_bin_path("all_reduce_perf", opt_dirs=NCCL_DIRS)
         if not binary:
-            self.unavailable["nccl"] = "nccl-tests all_reduce_perf not installed"
+            self.failed["nccl"] = (
+                "nccl-tests all_reduce_perf not installed, level=extended runs it: build nccl-tests into "
+                "/opt/nccl-tests/build (or set all_reduce_perf_path), or skip nccl_busbw"
+            )
             return None
         count = len((smi or {}).get("gpus", [])) or 1
-        rc, out, err = self.run([binary, "-b", "16G", "-e", "16G", "-f", "2", "-g", str(count)])
+        timeout = self.params.get("diag_timeout") or NCCL_TIMEOUT
+        rc, out, err, timed_out = self.run(
+            [binary, "-b", "16G", "-e", "16G", "-f", "2", "-g", str(count)], timeout=timeout
+        )
+        if timed_out:
+            self.failed["nccl"] = (
+                "all_reduce_perf did not finish in %d s: check GPU and NVLink health, then run again" % (timeout)
+            )
+            return None
         parsed = nccl_tests.parse(out)
         if rc != 0:
             parsed["warnings"].append("all_reduce_perf exited %s: %s" % (rc, (err or "").strip()[:300]))

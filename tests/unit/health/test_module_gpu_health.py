@@ -4,6 +4,7 @@ import os
 import stat
 
 import pytest
+from ansible.module_utils import basic
 from ansible_collections.gpuops.cluster.plugins.modules import gpu_health as module
 
 from tests.unit.module_harness import FakeBins, FakeCommands
@@ -212,14 +213,32 @@ def test_live_nvidia_smi_calls_do_not_grow_with_gpu_count(harness, node, tmp_pat
     assert len(eight.of("nvidia-smi")) == len(one.of("nvidia-smi")) == 2
 
 
-def test_live_standard_without_dcgm_is_a_skip_with_reason(harness, node, tmp_path):
+def test_live_standard_without_dcgm_fails_closed_with_the_fix(harness, node, tmp_path):
     fake = node("h100-sxm-8x-healthy.xml")
     result = harness.run(module, {"infiniband_root": str(tmp_path), "level": "standard"})
     assert ["/usr/bin/nvidia-smi", "nvlink", "-e"] in fake.calls
     (check,) = by_name(result, "dcgm_diag")
-    assert check["status"] == "skip"
+    assert check["status"] == "fail"
     assert "dcgmi not installed" in check["detail"]
+    assert "install datacenter-gpu-manager" in check["detail"]
+    assert result["healthy"] is False
+
+
+def test_live_standard_with_dcgm_skipped_asks_for_nothing(harness, node, tmp_path):
+    node("h100-sxm-8x-healthy.xml")
+    result = harness.run(module, {"infiniband_root": str(tmp_path), "level": "standard", "skip_checks": ["dcgm_diag"]})
+    assert by_name(result, "dcgm_diag")[0]["status"] == "skip"
     assert result["healthy"] is True
+
+
+def test_live_dcgm_host_engine_not_up_fails(harness, node, tmp_path):
+    fake = node("h100-sxm-8x-healthy.xml", tools=(*LIVE_TOOLS, "dcgmi"))
+    fake.add("dcgmi", (255, "", "Error: unable to establish a connection to the specified host: localhost\n"))
+    (check,) = by_name(harness.run(module, {"infiniband_root": str(tmp_path), "level": "standard"}), "dcgm_diag")
+    assert check["status"] == "fail"
+    assert "gave no results" in check["detail"]
+    assert "host engine did not answer" in check["detail"]
+    assert "unable to establish a connection" in check["detail"]
 
 
 def test_live_standard_runs_dcgmi_diag_r1(harness, node, tmp_path):
@@ -229,10 +248,20 @@ def test_live_standard_runs_dcgmi_diag_r1(harness, node, tmp_path):
     assert by_name(result, "dcgm_diag")[0]["status"] == "pass"
 
 
-def test_live_extended_without_nccl_tests_is_a_skip(harness, node, tmp_path):
-    node("h100-sxm-8x-healthy.xml")
+def test_live_extended_without_nccl_tests_fails_closed(harness, node, tmp_path):
+    node("h100-sxm-8x-healthy.xml", tools=(*LIVE_TOOLS, "dcgmi"))
     result = harness.run(module, {"infiniband_root": str(tmp_path), "level": "extended"})
-    assert by_name(result, "nccl_busbw")[0]["detail"] == "nccl-tests all_reduce_perf not installed"
+    (check,) = by_name(result, "nccl_busbw")
+    assert check["status"] == "fail"
+    assert check["detail"].startswith("nccl-tests all_reduce_perf not installed")
+
+
+def test_live_extended_failed_all_reduce_fails(harness, node, tmp_path):
+    fake = node("h100-sxm-8x-healthy.xml", tools=(*LIVE_TOOLS, "dcgmi", "all_reduce_perf"))
+    fake.add("all_reduce_perf", (1, "", "NCCL failure common.cu:1000 'unhandled cuda error'\n"))
+    (check,) = by_name(harness.run(module, {"infiniband_root": str(tmp_path), "level": "extended"}), "nccl_busbw")
+    assert check["status"] == "fail"
+    assert "unhandled cuda error" in check["detail"]
 
 
 def test_live_without_nvidia_smi(harness, node, tmp_path):
@@ -258,14 +287,14 @@ def test_live_since_reads_the_journal_across_boots(harness, node, tmp_path):
     assert journal[5] == "--since"
 
 
-def test_live_without_systemd_skips_fabricmanager(harness, node, tmp_path):
+def test_live_without_systemd_fails_fabricmanager_on_an_nvswitch_node(harness, node, tmp_path):
     fake = node("h100-sxm-8x-healthy.xml")
     fake.add("systemctl", (1, "", "System has not been booted with systemd as init system (PID 1). Can't operate.\n"))
     result = harness.run(module, {"infiniband_root": str(tmp_path)})
     (check,) = by_name(result, "fabricmanager")
-    assert check["status"] == "skip"
+    assert check["status"] == "fail"
     assert "gave no state" in check["detail"]
-    assert result["healthy"] is True
+    assert result["healthy"] is False
 
 
 def test_live_inactive_fabricmanager_fails(harness, node, tmp_path):
@@ -304,3 +333,94 @@ def test_pcie_platform_width_and_baseline_options(harness):
     assert {c["status"] for c in by_name(kept, "pcie_link")} == {"pass"}
     failure = harness.fail(module, dict(args, pcie_baseline={"GPU0": {"width": 8}}))
     assert "pcie_baseline" in failure["msg"]
+
+
+# --- every command under a time limit, and fail-closed reads ---------------------------------------
+
+
+def unwrapped(fake):
+    """Answer ``timeout -k 5 N tool ...`` as ``tool ...`` would be answered."""
+
+    def answer(argv):
+        assert argv[1:3] == ["-k", "5"], argv
+        assert argv[3].isdigit(), argv
+        return fake.answer(argv[4:])
+
+    return answer
+
+
+def test_every_command_runs_under_timeout(harness, node, tmp_path):
+    fake = node("h100-sxm-8x-healthy.xml", tools=(*LIVE_TOOLS, "dcgmi", "timeout"))
+    fake.fallback = unwrapped(fake)
+    result = harness.run(module, {"infiniband_root": str(tmp_path), "level": "standard", "command_timeout": 20})
+    assert fake.calls
+    assert all(call[0] == "/usr/bin/timeout" for call in fake.calls)
+    assert {call[3] for call in fake.calls if call[4] != "/usr/bin/dcgmi"} == {"20"}
+    (dcgmi,) = [call for call in fake.calls if call[4] == "/usr/bin/dcgmi"]
+    assert dcgmi[:4] == ["/usr/bin/timeout", "-k", "5", "300"]
+    assert result["commands"][0] == "/usr/bin/timeout -k 5 20 /usr/bin/nvidia-smi -q -x"
+    assert result["healthy"] is True, result["summary"]
+
+
+def test_a_hung_dcgmi_is_a_failure_naming_the_limit(harness, node, tmp_path):
+    fake = node("h100-sxm-8x-healthy.xml", tools=(*LIVE_TOOLS, "dcgmi", "timeout"))
+    answer = unwrapped(fake)
+    fake.fallback = lambda argv: (124, "", "") if argv[4].endswith("dcgmi") else answer(argv)
+    args = {"infiniband_root": str(tmp_path), "level": "standard", "diag_timeout": 60}
+    (check,) = by_name(harness.run(module, args), "dcgm_diag")
+    assert check["status"] == "fail"
+    assert check["detail"].startswith("dcgmi diag -r 1: the DCGM host engine did not answer in 60 s")
+
+
+def test_a_hung_nvidia_smi_fails_the_node(harness, node, tmp_path):
+    fake = node("h100-sxm-8x-healthy.xml", tools=(*LIVE_TOOLS, "timeout"))
+    fake.fallback = lambda argv: (137, "", "")
+    result = harness.run(module, {"infiniband_root": str(tmp_path)})
+    (check,) = by_name(result, "nvidia_smi")
+    assert check["status"] == "fail"
+    assert "did not finish in 60 s" in check["detail"]
+
+
+def test_without_coreutils_timeout_the_module_warns(harness, node, tmp_path, monkeypatch):
+    warned = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, message: warned.append(message))
+    node("h100-sxm-8x-healthy.xml")
+    harness.run(module, {"infiniband_root": str(tmp_path)})
+    assert warned == ["coreutils timeout not found: commands run without a time limit"]
+
+
+def test_unreadable_kernel_log_fails_the_xid_checks(harness, node, tmp_path):
+    fake = node("h100-sxm-8x-healthy.xml")
+    fake.add("journalctl", (1, "", "No journal files were opened due to insufficient permissions.\n"))
+    result = harness.run(module, {"infiniband_root": str(tmp_path), "kernel_log_source": "journalctl"})
+    assert {c["status"] for c in result["checks"] if c["name"] in ("xid", "fallen_off_bus", "sxid")} == {"fail"}
+    assert "run as root" in by_name(result, "xid")[0]["detail"]
+
+
+def test_failed_nvlink_read_fails_only_where_links_are_expected(harness, node, tmp_path):
+    fake = node("h100-sxm-8x-healthy.xml")
+    fake.add("nvidia-smi nvlink -s", (255, "", "Unable to determine the device handle for GPU 0000:18:00.0\n"))
+    (check,) = by_name(harness.run(module, {"infiniband_root": str(tmp_path)}), "nvlink")
+    assert check["status"] == "fail"
+    assert "nvidia-smi nvlink -s failed" in check["detail"]
+    fake = node("l40s-1x.xml", nvlink_status="nvlink/l40s-status.txt")
+    fake.add("nvidia-smi nvlink -s", (255, "", "not supported\n"))
+    (check,) = by_name(harness.run(module, {"infiniband_root": str(tmp_path)}), "nvlink")
+    assert check["status"] == "skip"
+
+
+def test_expected_ib_port_count(harness):
+    args = {
+        "nvidia_smi_xml": fixture("nvidia-smi/h100-sxm-8x-healthy.xml"),
+        "infiniband_root": fixture("infiniband/degraded-8x-ndr"),
+    }
+    loose = harness.run(module, args)
+    assert {c["status"] for c in by_name(loose, "infiniband")} == {"pass", "warn"}  # a down port only warns
+    strict = harness.run(module, dict(args, expected_ib_port_count=8, expected_ib_rate=400))
+    (count,) = [c for c in by_name(strict, "infiniband") if c["detail"].startswith(("6 of 8", "7 of 8"))]
+    assert count["status"] == "fail"
+    assert "mlx5_3" in count["detail"]
+    healthy = harness.run(
+        module, dict(args, infiniband_root=fixture("infiniband/healthy-8x-ndr"), expected_ib_port_count=8)
+    )
+    assert "fail" not in {c["status"] for c in by_name(healthy, "infiniband")}

@@ -55,7 +55,7 @@ EXTRAVARS = {
 # What a healthy, converged lab node must show (level quick, no InfiniBand in a container).
 PASS_ON_EVERY_NODE = {
     "nvidia_smi", "gpu_count", "gpu_model", "driver_version", "persistence_mode", "ecc_mode", "ecc_errors",
-    "row_remap", "pcie_link", "temperature", "clock_events", "recovery", "xid", "sxid",
+    "row_remap", "pcie_link", "temperature", "clock_events", "recovery", "xid", "fallen_off_bus", "sxid",
 }  # fmt: skip
 NVSWITCH_ONLY = {"mig_mode", "fabric", "nvlink", "fabricmanager"}
 SKIPPED_ON_EVERY_NODE = {"retired_pages", "nvlink_errors", "infiniband", "dcgm_diag", "nccl_busbw"}
@@ -220,7 +220,10 @@ def test_converged_node_is_healthy_with_every_expected_check_passing(lab, node):
     else:
         assert fabricmanager["detail"] == "no NVSwitch on this node"
     # One nvidia-smi -q -x per run; the kernel log is the lab file, so no journalctl or dmesg.
-    commands = [" ".join([Path(command.split()[0]).name, *command.split()[1:]]) for command in result["commands"]]
+    # Every command runs under coreutils timeout: "/usr/bin/timeout -k 5 60 /usr/bin/nvidia-smi -q -x".
+    wrapped = [command.split() for command in result["commands"]]
+    assert all(Path(argv[0]).name == "timeout" and argv[1:4] == ["-k", "5", "60"] for argv in wrapped), wrapped
+    commands = [" ".join([Path(argv[4]).name, *argv[5:]]) for argv in wrapped]
     wanted = ["nvidia-smi -q -x", "nvidia-smi nvlink -s"]
     assert commands == wanted + (["systemctl is-active nvidia-fabricmanager"] if on_nvswitch else [])
 
