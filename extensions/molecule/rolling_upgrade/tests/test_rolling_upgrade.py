@@ -147,6 +147,12 @@ def job_state(job: str) -> str:
     return out.split("JobState=", 1)[1].split()[0]
 
 
+def settled_job_state(job: str) -> str:
+    """The job's state once it has left RUNNING/COMPLETING (its epilog may still run when the rollout ends)."""
+    wait_for(f"job {job} settled", lambda: job_state(job) not in ("PENDING", "RUNNING", "COMPLETING"), timeout=120)
+    return job_state(job)
+
+
 def upgrade(workdir: Path, name: str, target: str, **settings) -> tuple[PlaybookRun, dict, float]:
     report = workdir / f"{name}.json"
     extravars = {
@@ -218,7 +224,7 @@ def fixture_healthy(workdir):
     )
     release.join(timeout=30)
     sh(CANARY, "rm", "-f", RELEASE)
-    state = {"job": job, "job_state": job_state(job), "slurm": slurm_nodes()}
+    state = {"job": job, "job_state": settled_job_state(job), "slurm": slurm_nodes()}
     state["installed"] = {n: installed(n) for n in NODES}
     record("healthy_rollout_window_2_wall_s", wall)
     record("tasks_run_per_node_healthy", run.tasks_run(PLAY))
