@@ -10,8 +10,12 @@ module: slurm_fleet
 short_description: Survey Slurm nodes for the rolling upgrade's window, in one call on the controller
 version_added: 0.1.0
 description:
-  - Reads every node once with C(sinfo --json) (Slurm 22.05 and later) and every job that holds nodes once with
-    C(squeue), and returns the O(nodes) as the sliding-window planner reads them. Changes nothing.
+  - Reads every node once with C(scontrol show nodes --json) (Slurm 23.02 and later), or with C(sinfo --json) when
+    C(scontrol) does not know C(--json) (Slurm 22.05), and every job once with C(squeue --json), and returns the
+    O(nodes) as the sliding-window planner reads them. Changes nothing.
+  - Tested on the real output of Slurm 22.05.8 and 24.11.5, and of the data_parser versions v0.0.40 and v0.0.41
+    (those of Slurm 23.11 and 24.05) as Slurm 24.11 writes them. Slurm 23.02 (data_parser v0.0.39) is read by the
+    same rules but was not tested. Output the module cannot read fails with the Slurm version the output names.
   - A node is RV(nodes[].state=down) when Slurm cannot reach it (not responding, state unknown or future, powered
     down or powering up), or when it is down or failed by someone else; V(drained_by_others) when it is drained with a
     reason that is not ours; V(busy) when a job holds it, with RV(nodes[].job_end) the end of its last job; V(idle)
@@ -36,12 +40,23 @@ options:
         A reason starting with it, a run id in brackets and a colon is ours.
     type: str
     default: gpuops-upgrade
+  scontrol_path:
+    description: Path of C(scontrol). Default is the one on C(PATH).
+    type: path
   sinfo_path:
-    description: Path of C(sinfo). Default is the one on C(PATH).
+    description:
+      - Path of C(sinfo), run only when C(scontrol) does not know C(--json) (Slurm 22.05). Default is the one on
+        C(PATH).
     type: path
   squeue_path:
     description: Path of C(squeue). Default is the one on C(PATH).
     type: path
+  command_timeout:
+    description:
+      - Seconds each Slurm command may take (through C(timeout) when the host has it); the module fails, saying so,
+        when one takes longer.
+    type: int
+    default: 60
 extends_documentation_fragment:
   - gpuops.cluster.attributes
   - gpuops.cluster.attributes.platform
@@ -53,17 +68,20 @@ attributes:
     support: none
     details: Nothing changes, so there is no diff.
 notes:
-  - Slurm 22.05 ignores C(-n) with C(--json), so every node is read and the O(nodes) are picked from them.
-  - C(squeue) runs with C(SLURM_TIME_FORMAT=%s) in its environment, so that end times print as epoch seconds (Slurm
-    prints local time without a zone otherwise), and with C(--all), so that jobs in hidden partitions count too.
+  - Every node is read and the O(nodes) are picked from them (Slurm 22.05 ignores C(-n) with C(--json)).
+  - C(sinfo --json) of Slurm 23.02 and later is not used, because it groups the nodes of one state under one reason
+    (Slurm 24.11 put a node drained for a hardware ticket and a node drained by the upgrade in one record, with the
+    ticket as reason), so whose drain a node has cannot be told from it.
+  - C(squeue) runs with C(--all), so that jobs in hidden partitions count too. Only running, completing and
+    configuring jobs count. A job without a time limit has no known end (Slurm writes its start plus a year as end).
   - A node whose gres names no GPU has RV(nodes[].gpus=0).
 seealso:
   - module: gpuops.cluster.slurm_drain
-  - name: sinfo
+  - name: scontrol
     description: Slurm's documentation of node states and flags.
-    link: https://slurm.schedmd.com/sinfo.html
+    link: https://slurm.schedmd.com/scontrol.html
   - name: squeue
-    description: Slurm's documentation of job states and SLURM_TIME_FORMAT.
+    description: Slurm's documentation of job states.
     link: https://slurm.schedmd.com/squeue.html
 """
 
@@ -156,12 +174,29 @@ now:
   returned: always
   type: int
   sample: 1796280000
+slurm:
+  description: The Slurm that answered, as its JSON output names itself, and the command the nodes were read with.
+  returned: when O(nodes) is not empty
+  type: dict
+  contains:
+    release:
+      description: The Slurm release (C(meta.slurm.release)); null when the output does not say.
+      type: str
+      sample: 24.11.5
+    data_parser:
+      description: The JSON data_parser plugin (C(v0.0.38) is the openapi plugin of Slurm 22.05).
+      type: str
+      sample: v0.0.42
+    nodes_command:
+      description: C(scontrol show nodes --json), or C(sinfo --json) on Slurm 22.05.
+      type: str
+      sample: scontrol show nodes --json
 """
 
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_checked, use_c_locale
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import slurm_node
 
 SLURM_CLIENT_HINT = (
@@ -170,6 +205,7 @@ SLURM_CLIENT_HINT = (
 )
 # At most this many of the known names in the message about unknown ones.
 KNOWN_NAMES_SHOWN = 20
+TIMED_OUT = 124
 
 
 def _unknown_message(missing, nodes_info):
@@ -177,11 +213,72 @@ def _unknown_message(missing, nodes_info):
     shown = ", ".join(known[:KNOWN_NAMES_SHOWN]) or "no node"
     if len(known) > KNOWN_NAMES_SHOWN:
         shown += " and %d more" % (len(known) - KNOWN_NAMES_SHOWN)
-    return "%s %s not known to Slurm (sinfo lists %s): set nodes to Slurm NodeNames (NodeName in slurm.conf)" % (
+    return "%s %s not known to Slurm (Slurm lists %s): set nodes to Slurm NodeNames (NodeName in slurm.conf)" % (
         "node" if len(missing) == 1 else "nodes",
         ", ".join(missing) + (" is" if len(missing) == 1 else " are"),
         shown,
     )
+
+
+class SlurmCommands:
+    """Runs Slurm's clients as argv lists, each bounded by ``timeout`` seconds when the host has ``timeout``."""
+
+    def __init__(self, module, seconds):
+        self.module = module
+        self.seconds = seconds
+        self.limiter = module.get_bin_path("timeout")
+
+    def run(self, argv, label):
+        """``(rc, out, err)`` of ``argv``; fails the module, naming ``label``, when it ran past the timeout."""
+        full = [self.limiter, str(self.seconds), *argv] if self.limiter else list(argv)
+        rc, out, err = self.module.run_command(full)
+        if self.limiter and rc == TIMED_OUT:
+            self.module.fail_json(
+                msg="%s did not answer in %d s: check slurmctld (scontrol ping), or raise command_timeout"
+                % (label, self.seconds),
+                cmd=full,
+                rc=rc,
+            )
+        return rc, out, err
+
+    def checked(self, argv, label, what):
+        """Stdout of ``argv``; fails the module (:meth:`fail`) when it exits non-zero."""
+        rc, out, err = self.run(argv, label)
+        if rc != 0:
+            self.fail(argv, rc, out, err, what)
+        return out
+
+    def fail(self, argv, rc, out, err, what):
+        """One message: what failed, the last line Slurm wrote, what to do; rc, stdout and stderr attached."""
+        detail = (err or out or "").strip().splitlines()
+        self.module.fail_json(
+            msg="could not %s: %s exited %d%s. %s"
+            % (what, argv[0], rc, (": " + detail[-1]) if detail else "", SLURM_CLIENT_HINT),
+            rc=rc,
+            stdout=out,
+            stderr=err,
+            cmd=list(argv),
+        )
+
+
+def read_nodes(module, commands, params):
+    """``(nodes, slurm)`` from scontrol show nodes --json, or sinfo --json where scontrol has no --json (22.05)."""
+    scontrol = params["scontrol_path"] or module.get_bin_path("scontrol", required=True)
+    argv = slurm_node.scontrol_nodes_json_argv(scontrol)
+    command = "scontrol show nodes --json"
+    rc, out, err = commands.run(argv, command)
+    if rc != 0 and slurm_node.json_unsupported(err, out):
+        sinfo = params["sinfo_path"] or module.get_bin_path("sinfo", required=True)
+        argv = slurm_node.sinfo_json_argv(sinfo)
+        command = "sinfo --json"
+        out = commands.checked(argv, command, "read the nodes with sinfo --json (scontrol has no --json)")
+    elif rc != 0:
+        commands.fail(argv, rc, out, err, "read the nodes with scontrol show nodes --json")
+    try:
+        parsed = slurm_node.parse_nodes_json(out, command)
+    except slurm_node.SlurmParseError as exc:
+        module.fail_json(msg=str(exc), stdout=out, cmd=argv)
+    return parsed["nodes"], dict(parsed["slurm"], nodes_command=command)
 
 
 def main():
@@ -189,8 +286,10 @@ def main():
         argument_spec={
             "nodes": {"type": "list", "elements": "str", "required": True},
             "reason_prefix": {"type": "str", "default": "gpuops-upgrade"},
+            "scontrol_path": {"type": "path"},
             "sinfo_path": {"type": "path"},
             "squeue_path": {"type": "path"},
+            "command_timeout": {"type": "int", "default": 60},
         },
         supports_check_mode=True,
     )
@@ -199,43 +298,28 @@ def main():
     names = list(dict.fromkeys(params["nodes"]))
     if not all(names):
         module.fail_json(msg="nodes holds an empty name: list Slurm node names")
+    if params["command_timeout"] < 1:
+        module.fail_json(msg="command_timeout must be at least 1 second")
     if not names:
         module.exit_json(changed=False, nodes=[], now=int(time.time()))
 
-    sinfo = params["sinfo_path"] or module.get_bin_path("sinfo", required=True)
     squeue = params["squeue_path"] or module.get_bin_path("squeue", required=True)
-
-    sinfo_argv = slurm_node.sinfo_json_argv(sinfo)
-    out, _err = run_checked(
-        module,
-        sinfo_argv,
-        "read the nodes with sinfo --json",
-        SLURM_CLIENT_HINT + "; sinfo --json needs Slurm 22.05 or later",
-    )
-    try:
-        nodes_info = slurm_node.parse_sinfo_json(out)
-    except slurm_node.SlurmParseError as exc:
-        module.fail_json(msg=str(exc), stdout=out, cmd=sinfo_argv)
+    commands = SlurmCommands(module, params["command_timeout"])
+    nodes_info, slurm = read_nodes(module, commands, params)
     missing = slurm_node.unknown_nodes(nodes_info, names)
     if missing:
-        module.fail_json(msg=_unknown_message(missing, nodes_info), missing=missing)
+        module.fail_json(msg=_unknown_message(missing, nodes_info), missing=missing, slurm=slurm)
 
     now = int(time.time())
-    squeue_argv = slurm_node.squeue_argv(squeue)
-    out, _err = run_checked(
-        module,
-        squeue_argv,
-        "list the running jobs with squeue",
-        SLURM_CLIENT_HINT,
-        environ_update={"SLURM_TIME_FORMAT": "%s"},
-    )
+    squeue_argv = slurm_node.squeue_json_argv(squeue)
+    out = commands.checked(squeue_argv, "squeue --json", "list the jobs with squeue --json")
     try:
-        job_ends = slurm_node.parse_squeue(out, now)
+        jobs = slurm_node.parse_squeue_json(out)["jobs"]
     except slurm_node.SlurmParseError as exc:
         module.fail_json(msg=str(exc), stdout=out, cmd=squeue_argv)
 
-    fleet = slurm_node.survey(nodes_info, job_ends, names, params["reason_prefix"])
-    module.exit_json(changed=False, nodes=fleet, now=now)
+    fleet = slurm_node.survey(nodes_info, slurm_node.job_ends(jobs, now), names, params["reason_prefix"])
+    module.exit_json(changed=False, nodes=fleet, now=now, slurm=slurm)
 
 
 if __name__ == "__main__":

@@ -2,16 +2,29 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A Slurm node as the rolling upgrade sees it: its state, its drain, and who owns the drain.
 
-Reads ``sinfo --json`` (Slurm 22.05: ``nodes[].name``, ``state``, ``state_flags``,
-``reason``, ``reason_set_by_user``, ``boot_time``, ``partitions``, ``gres``, ``tres``;
-23.02+ gives ``state`` as a list, accepted too) and
-``sinfo -N -h -O "NodeList:20,StateComplete:30,Reason:60"`` text (no partitions nor
-GPUs in it). Decides whether a drain is ours (the reason starts with our prefix, such
+Reads every node's state from Slurm's JSON (:func:`parse_nodes_json`):
+
+* ``scontrol show nodes --json`` (23.02 and later): one record per node under ``nodes``,
+  ``state`` a list (``["MIXED", "DRAIN"]``), numbers such as ``boot_time`` wrapped as
+  ``{"set": true, "infinite": false, "number": N}`` by the data_parser plugins v0.0.39+;
+* ``sinfo --json`` of 22.05 (``openapi/v0.0.38``): one record per node under ``nodes``,
+  ``state`` one word and ``state_flags`` a list, plain numbers;
+* not ``sinfo --json`` of 23.02 and later: its records are sinfo's lines under ``sinfo``,
+  nodes of one state grouped with ONE reason (24.11 put a node drained for a hardware
+  ticket and one drained by us in one record, with the ticket as reason). It raises
+  :class:`SlurmParseError` saying to use scontrol;
+
+and ``sinfo -N -h -O "NodeList:20,StateComplete:30,Reason:60"`` text (no partitions nor
+GPUs in it). The version comes from the output's ``meta`` (:func:`slurm_meta`), and every
+error names it. Decides whether a drain is ours (the reason starts with our prefix, such
 as ``gpuops-upgrade[<run id>]: ``) and builds ``scontrol`` argv lists.
 
-For the sliding window (:mod:`window_plan`), reads the running jobs' end times from
-``squeue`` (:func:`squeue_argv`, :func:`parse_squeue`, with Slurm hostlists expanded by
-:func:`expand_hostlist`) and classifies the fleet (:func:`survey`). No I/O here.
+For the sliding window (:mod:`window_plan`), reads the running jobs and their end times
+from ``squeue --json`` (:func:`parse_squeue_json`; the end is unknown for a job without a
+time limit) or from ``squeue`` text (:func:`squeue_argv`, :func:`parse_squeue`), with Slurm
+hostlists expanded by :func:`expand_hostlist`, and classifies the fleet (:func:`survey`).
+No I/O here. The shapes were read from real output of Slurm 22.05 and 24.11
+(``tests/fixtures/slurm/README.md``).
 """
 
 from __future__ import annotations
@@ -40,17 +53,40 @@ UNKNOWN_END_TIMES = frozenset({"", "n/a", "none", "unknown", "infinite", "unlimi
 NO_GPUS = 0
 _RUN_ID = re.compile(r"^[A-Za-z0-9._:-]+$")
 _REASON_FORBIDDEN = re.compile(r"[\n\r\"]")
+# Base states of a node in Slurm's JSON; the other words of a state list are flags.
+BASE_STATES = frozenset({"idle", "down", "allocated", "error", "mixed", "future", "unknown"})
+# Job states in which a job holds its nodes (as SQUEUE_STATES); since 23.02 COMPLETING and
+# CONFIGURING are flags in the job's state list (["RUNNING", "CONFIGURING"]).
+HOLDING_JOB_STATES = frozenset({"running", "completing", "configuring"})
+# data_parser versions read from a real Slurm's output (tests/fixtures/slurm/): v0.0.38 is
+# 22.05's openapi plugin; v0.0.40 (23.11's) and v0.0.41 (24.05's) as Slurm 24.11 writes them.
+TESTED_DATA_PARSERS = ("v0.0.38", "v0.0.40", "v0.0.41", "v0.0.42")
+# How a Slurm client refuses --json it does not know (22.05: "scontrol: unrecognized option '--json'").
+_JSON_UNKNOWN = re.compile(r"(unrecognized|unknown|invalid) option.*--json")
 
 
 class SlurmParseError(ValueError):
-    """sinfo output that cannot be read."""
+    """Slurm output that cannot be read."""
 
 
-def _node(name, base, flags, reason, reason_user=None, boot_time=None, partitions=None, gres=None, gpus=None) -> dict:
+def _node(
+    name,
+    base,
+    flags,
+    reason,
+    reason_user=None,
+    boot_time=None,
+    partitions=None,
+    gres=None,
+    gpus=None,
+    reservation=None,
+) -> dict:
     base = (base or "unknown").lower()
     flags = sorted({flag.lower() for flag in flags if flag})
     drain = bool(DRAIN_FLAGS.intersection(flags)) or base in {"drained", "draining"}
     reason = reason if reason not in (None, "", "none", "(null)") else None
+    # Slurm keeps the user of a reason it cleared (24.11: reason "" set by root): no reason, no user.
+    reason_user = reason_user if reason else None
     return {
         "name": name,
         "state": base,
@@ -64,6 +100,7 @@ def _node(name, base, flags, reason, reason_user=None, boot_time=None, partition
         "partitions": partitions,
         "gres": gres,
         "gpus": gpus,
+        "reservation": reservation,
     }
 
 
@@ -111,47 +148,187 @@ def gpu_count(gres, tres=None) -> int | None:
     return total
 
 
-def parse_sinfo_json(text: str) -> dict[str, dict]:
-    """``sinfo --json`` output to ``{name: node}``; see ``_node`` for the keys.
+def slurm_meta(data) -> dict:
+    """The Slurm release and data_parser an output names in its ``meta``: ``{release, data_parser}``.
 
-    ``partitions`` is the node's list of partitions (``[]`` when it is in none), ``gres``
-    its gres string, ``gpus`` its GPU count (:func:`gpu_count`, None when it has no GPU gres).
+    22.05 writes ``meta.Slurm.release`` and ``meta.plugin.type`` (``openapi/v0.0.38``); 23.02
+    and later ``meta.slurm.release`` (and ``meta.slurm.version``) and ``meta.plugin.data_parser``
+    (``data_parser/v0.0.42``). Each is None when the output does not say.
     """
+    meta = data.get("meta") if isinstance(data, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    slurm = meta.get("slurm") or meta.get("Slurm")
+    slurm = slurm if isinstance(slurm, dict) else {}
+    release = slurm.get("release")
+    version = slurm.get("version")
+    if not release and isinstance(version, dict) and str(version.get("major", "")).isdigit():
+        release = "%s.%02d.%s" % (version["major"], int(version.get("minor") or 0), version.get("micro", 0))
+    plugin = meta.get("plugin")
+    plugin = plugin if isinstance(plugin, dict) else {}
+    parser = plugin.get("data_parser") or plugin.get("type")
+    parser = str(parser).rpartition("/")[2] if parser else None
+    return {"release": str(release) if release else None, "data_parser": parser or None}
+
+
+def describe(meta: dict) -> str:
+    """``Slurm 24.11.5 (data_parser v0.0.42)`` for messages, or what the output did not say."""
+    text = "Slurm %s" % meta["release"] if meta.get("release") else "a Slurm that names no version in meta"
+    return "%s (data_parser %s)" % (text, meta["data_parser"]) if meta.get("data_parser") else text
+
+
+def json_unsupported(err: str, out: str = "") -> bool:
+    """Whether a Slurm client refused ``--json`` as an unknown option (``scontrol`` before 23.02)."""
+    return bool(_JSON_UNKNOWN.search("%s\n%s" % (err or "", out or "")))
+
+
+def _load(text: str, command: str):
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise SlurmParseError("sinfo --json did not print JSON: %s" % exc) from exc
-    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
-        raise SlurmParseError("sinfo --json output has no 'nodes' list (Slurm 22.05 or later is needed)")
-    nodes = {}
-    for entry in data["nodes"]:
-        name = entry.get("name") or entry.get("hostname")
-        if not name:
-            raise SlurmParseError("a node of sinfo --json has no name: %r" % (entry,))
-        state = entry.get("state")
-        flags = list(entry.get("state_flags") or [])
-        if isinstance(state, list):  # 23.02+: ["IDLE", "DRAIN"]
-            base = state[0] if state else "unknown"
-            flags.extend(state[1:])
-        else:
-            base = state
-        boot_time = entry.get("boot_time")
-        if isinstance(boot_time, dict):  # 23.02+: {"set": true, "number": N}
-            boot_time = boot_time.get("number") if boot_time.get("set", True) else None
-        partitions = entry.get("partitions")
-        gres = entry.get("gres")
-        nodes[name] = _node(
-            name,
-            base,
-            flags,
-            entry.get("reason"),
-            entry.get("reason_set_by_user"),
-            boot_time,
-            partitions=[str(part) for part in partitions] if isinstance(partitions, list) else [],
-            gres=gres if isinstance(gres, str) and gres not in ("", "(null)") else None,
-            gpus=gpu_count(gres, entry.get("tres")),
+        raise SlurmParseError("%s did not print JSON: %s" % (command, exc)) from exc
+    if not isinstance(data, dict):
+        raise SlurmParseError("%s printed JSON that is not an object" % command)
+    return data, slurm_meta(data)
+
+
+def _unreadable(command: str, meta: dict, what: str, data=None) -> SlurmParseError:
+    said = ""
+    errors = data.get("errors") if isinstance(data, dict) else None
+    if isinstance(errors, list) and errors:
+        first = errors[0]
+        said = "; Slurm says: %s" % (
+            (first.get("description") or first.get("error") or first) if isinstance(first, dict) else first
         )
-    return nodes
+    return SlurmParseError("cannot read %s output of %s: %s%s" % (command, describe(meta), what, said))
+
+
+def _number(value, field: str, command: str, meta: dict):
+    """N (22.05) or ``{"set": true, "infinite": false, "number": N}`` (23.02+) to N.
+
+    None when the value is null, not set, or infinite (for a time: none, or never).
+    """
+    if value is None:
+        return None
+    if isinstance(value, dict) and "number" in value:
+        if value.get("infinite") or not value.get("set", True):
+            return None
+        value = value["number"]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    raise _unreadable(command, meta, "%s is %r, not a number nor {set, infinite, number}" % (field, value))
+
+
+def _words(value, field: str, command: str, meta: dict) -> list[str]:
+    """A state as lower-case words: ``"mixed"`` (22.05) or ``["MIXED", "DRAIN"]`` (23.02+)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value.lower()] if value else []
+    if isinstance(value, list) and all(isinstance(word, str) for word in value):
+        return [word.lower() for word in value if word]
+    raise _unreadable(command, meta, "%s is %r, not a word nor a list of words" % (field, value))
+
+
+def _base_and_flags(words: list[str]) -> tuple[str, list[str]]:
+    """The base state (the first word Slurm writes, a base state when one is listed) and the flags."""
+    if not words:
+        return "unknown", []
+    if words[0] not in BASE_STATES:
+        for index, word in enumerate(words):
+            if word in BASE_STATES:
+                return word, words[:index] + words[index + 1 :]
+    return words[0], words[1:]
+
+
+def _text(value):
+    return value if isinstance(value, str) and value not in ("", "(null)", "N/A") else None
+
+
+def _names(value, field: str, command: str, meta: dict) -> list[str]:
+    """Node names from a list of names or hostlists, or one hostlist string."""
+    items = value if isinstance(value, list) else [value]
+    if not all(item is None or isinstance(item, str) for item in items):
+        raise _unreadable(command, meta, "%s is %r, not host names" % (field, value))
+    names = []
+    for item in items:
+        names.extend(expand_hostlist(item))
+    return names
+
+
+def _per_node_record(entry, command: str, meta: dict) -> dict:
+    """One record of ``nodes``: 22.05's sinfo (``state`` + ``state_flags``) or 23.02+'s scontrol."""
+    if not isinstance(entry, dict):
+        raise _unreadable(command, meta, "a node record is %r, not an object" % (entry,))
+    name = entry.get("name") or entry.get("hostname")
+    if not name:
+        raise _unreadable(command, meta, "a node has no name: %r" % (entry,))
+    base, flags = _base_and_flags(_words(entry.get("state"), "state of %s" % name, command, meta))
+    flags += _words(entry.get("state_flags"), "state_flags of %s" % name, command, meta)
+    partitions = entry.get("partitions")
+    gres = entry.get("gres")
+    return _node(
+        name,
+        base,
+        flags,
+        entry.get("reason"),
+        entry.get("reason_set_by_user"),
+        _number(entry.get("boot_time"), "boot_time of %s" % name, command, meta),
+        partitions=[str(part) for part in partitions] if isinstance(partitions, list) else [],
+        gres=_text(gres),
+        gpus=gpu_count(gres, entry.get("tres")),
+        reservation=_text(entry.get("reservation")),
+    )
+
+
+def parse_nodes_json(text: str, command: str = "scontrol show nodes --json") -> dict:
+    """Slurm's JSON about nodes to ``{"slurm": {release, data_parser}, "nodes": {name: node}}``.
+
+    ``text`` is ``scontrol show nodes --json`` (23.02+) or ``sinfo --json`` of 22.05 (its records
+    are per node too); ``command`` names it in errors. Each node is ``_node``'s record:
+    ``state`` (the base state, lower case), ``state_flags`` (sorted, lower case), ``drain``,
+    ``jobs_running``, ``drained``, ``reason``, ``reason_set_by_user``, ``boot_time`` (epoch
+    seconds), ``partitions`` (``[]`` when in none), ``gres``, ``gpus`` (:func:`gpu_count`, None
+    without GPU gres) and ``reservation`` (its name where the output gives it; 22.05 only has
+    the ``reserved`` flag).
+    Output it cannot read raises :class:`SlurmParseError` naming the Slurm version it says it is.
+    """
+    data, meta = _load(text, command)
+    if isinstance(data.get("nodes"), list):
+        nodes = {}
+        for entry in data["nodes"]:
+            node = _per_node_record(entry, command, meta)
+            nodes[node["name"]] = node
+    elif isinstance(data.get("sinfo"), list):
+        # Seen in 24.11: node5 (drained for a hardware ticket) and node6 (drained by us) in one
+        # record with node5's reason. A drain's owner cannot be told from that.
+        raise _unreadable(
+            command,
+            meta,
+            "its records are grouped as sinfo's lines (under 'sinfo', one reason for all the nodes of a "
+            "line), so whose drain each node has cannot be told: read the nodes with scontrol show nodes --json",
+        )
+    else:
+        raise _unreadable(
+            command,
+            meta,
+            "no 'nodes' list (scontrol show nodes --json of 23.02+, sinfo --json of 22.05); keys: %s"
+            % ", ".join(sorted(data)),
+            data,
+        )
+    return {"slurm": meta, "nodes": nodes}
+
+
+def parse_sinfo_json(text: str) -> dict[str, dict]:
+    """``sinfo --json`` output of 22.05 to ``{name: node}`` (:func:`parse_nodes_json`'s ``nodes``).
+
+    23.02+'s grouped records raise :class:`SlurmParseError` (callers fall back to the text).
+    """
+    return parse_nodes_json(text, "sinfo --json")["nodes"]
+
+
+def scontrol_nodes_json_argv(scontrol: str) -> list[str]:
+    """Every node, one record each (Slurm 23.02+; 22.05 refuses ``--json``: :func:`json_unsupported`)."""
+    return [scontrol, "show", "nodes", "--json"]
 
 
 def parse_sinfo_text(text: str) -> dict[str, dict]:
@@ -334,27 +511,26 @@ def _end_time(text: str, line: str) -> int | None:
     )
 
 
-def parse_squeue(text: str, now) -> dict[str, int | float | None]:
-    """``squeue`` output of :func:`squeue_argv` to ``{node: when its last job ends}``.
+def _job(job_id, nodes: list[str], end, state=("running",), holds_nodes=True) -> dict:
+    return {"job_id": job_id, "state": list(state), "nodes": nodes, "end_time": end, "holds_nodes": holds_nodes}
 
-    The end is epoch seconds, or None when one of the node's jobs has no known end
-    (``N/A``, ``NONE`` for a job without a time limit, ``Unknown``): then the node's end is
-    unknown whatever its other jobs say. A job whose end is already past (over its time
-    limit, or completing) still holds the node: its end is ``now``. Nodes without a job are
-    not in the result.
+
+def job_ends(jobs, now) -> dict[str, int | float | None]:
+    """``{node: when its last job ends}`` from jobs (:func:`parse_squeue_json`'s ``jobs``).
+
+    Only jobs that hold their nodes count (``holds_nodes``). The end is epoch seconds, or None
+    when one of the node's jobs has no known end: then the node's end is unknown whatever its
+    other jobs say. A job whose end is already past (over its time limit, or completing) still
+    holds the node: its end is ``now``. Nodes without a job are not in the result.
     """
     ends: dict[str, int | float | None] = {}
-    for line in text.splitlines():
-        if not line.strip():
+    for job in jobs:
+        if not job["holds_nodes"]:
             continue
-        fields = line.strip().split("|")
-        if len(fields) != 3:
-            raise SlurmParseError("cannot read squeue line %r (expected --format=%s)" % (line, SQUEUE_FORMAT))
-        _job, end, nodelist = fields
-        end = _end_time(end, line)
+        end = job["end_time"]
         if end is not None and now is not None and end < now:
             end = now
-        for node in expand_hostlist(nodelist):
+        for node in job["nodes"]:
             if node not in ends:
                 ends[node] = end
             elif ends[node] is None or end is None:
@@ -362,6 +538,60 @@ def parse_squeue(text: str, now) -> dict[str, int | float | None]:
             else:
                 ends[node] = max(ends[node], end)
     return ends
+
+
+def parse_squeue(text: str, now) -> dict[str, int | float | None]:
+    """``squeue`` output of :func:`squeue_argv` to ``{node: when its last job ends}`` (:func:`job_ends`).
+
+    ``N/A``, ``NONE`` (a job without a time limit) and ``Unknown`` are unknown ends.
+    """
+    jobs = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = line.strip().split("|")
+        if len(fields) != 3:
+            raise SlurmParseError("cannot read squeue line %r (expected --format=%s)" % (line, SQUEUE_FORMAT))
+        job_id, end, nodelist = fields
+        jobs.append(_job(job_id, expand_hostlist(nodelist), _end_time(end, line)))
+    return job_ends(jobs, now)
+
+
+def squeue_json_argv(squeue: str) -> list[str]:
+    """Every job as JSON (22.05 and later); the jobs holding nodes are picked by :func:`parse_squeue_json`.
+
+    ``--all`` includes hidden partitions and partitions this user may not use.
+    """
+    return [squeue, "--all", "--json"]
+
+
+def parse_squeue_json(text: str) -> dict:
+    """``squeue --json`` to ``{"slurm": {release, data_parser}, "jobs": [job, ...]}``.
+
+    Each job is ``{job_id, state, nodes, end_time, holds_nodes}``: ``state`` the lower-case
+    words of its state (``["running"]``; 23.02+ lists flags such as ``completing`` after it),
+    ``nodes`` its node list expanded (``[]`` while pending), ``holds_nodes`` whether it holds
+    them (running, completing or configuring), ``end_time`` Slurm's EndTime in epoch seconds,
+    or None when the end is unknown: no time limit (``time_limit`` null or infinite; Slurm then
+    writes start + one year as the end), an end not set, infinite or 0.
+    """
+    command = "squeue --json"
+    data, meta = _load(text, command)
+    if not isinstance(data.get("jobs"), list):
+        raise _unreadable(command, meta, "no 'jobs' list; keys: %s" % ", ".join(sorted(data)), data)
+    jobs = []
+    for entry in data["jobs"]:
+        if not isinstance(entry, dict) or entry.get("job_id") is None:
+            raise _unreadable(command, meta, "a job record has no job_id: %r" % (entry,))
+        job_id = _number(entry["job_id"], "job_id", command, meta)
+        what = "of job %s" % job_id
+        state = _words(entry.get("job_state"), "job_state " + what, command, meta)
+        end = _number(entry.get("end_time"), "end_time " + what, command, meta) or None
+        if "time_limit" in entry and _number(entry["time_limit"], "time_limit " + what, command, meta) is None:
+            end = None
+        nodes = _names(entry.get("nodes"), "nodes " + what, command, meta)
+        jobs.append(_job(job_id, nodes, end, state, bool(HOLDING_JOB_STATES.intersection(state))))
+    return {"slurm": meta, "jobs": jobs}
 
 
 def unknown_nodes(nodes_info: dict, names) -> list[str]:
@@ -388,7 +618,7 @@ def survey_state(node: dict, has_job: bool, prefix: str) -> str:
 def survey(nodes_info: dict, job_ends: dict, names, prefix: str) -> list[dict]:
     """The nodes ``names`` as the window planner reads them, in the order given, each once.
 
-    ``nodes_info`` is :func:`parse_sinfo_json`'s result, ``job_ends`` :func:`parse_squeue`'s.
+    ``nodes_info`` is :func:`parse_nodes_json`'s ``nodes``, ``job_ends`` :func:`job_ends`'s.
     Each node is ``{name, partitions, gpus, state, job_end}`` (the :mod:`window_plan` fields
     Slurm knows; the caller adds ``domains``, ``canary`` and ``done``) and, for the report,
     ``slurm_state`` (``idle+drain``), ``reason`` and ``owner`` (of the drain: ``none``,

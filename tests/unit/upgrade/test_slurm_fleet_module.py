@@ -1,8 +1,13 @@
-"""slurm_fleet through its argument spec, against fake sinfo and squeue answers and a fake clock."""
+"""slurm_fleet through its argument spec, against real Slurm answers (tests/fixtures/slurm/README.md) and a fake clock.
+
+Slurm 24.11 answers ``scontrol show nodes --json``; Slurm 22.05 refuses it (the captured stderr) and
+answers ``sinfo --json``. Both answer ``squeue --all --json``.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -10,114 +15,182 @@ from ansible_collections.gpuops.cluster.plugins.modules import slurm_fleet
 
 from tests.unit.module_harness import AnsibleFailJson, FakeCommands, ModuleHarness
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-SINFO_JSON = (FIXTURES / "slurm" / "sinfo-22.05-mixed-states.json").read_text()
-NOW = 1796280000
-# squeue --all --noheader --states=RUNNING,COMPLETING,CONFIGURING --format=%i|%e|%N, SLURM_TIME_FORMAT=%s
-SQUEUE = "4101|1796283600|ru-node1\n4102|NONE|ru-node6\n4103|1796281000|ru-node[1,6]\n"
-NODES = ["ru-node%d" % i for i in range(1, 8)]
+SLURM = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
+SCONTROL_24_11 = (SLURM / "scontrol-nodes-24.11-lab.json").read_text()
+SQUEUE_24_11 = (SLURM / "squeue-24.11-lab.json").read_text()
+SINFO_22_05 = (SLURM / "sinfo-22.05-lab.json").read_text()
+SQUEUE_22_05 = (SLURM / "squeue-22.05-lab.json").read_text()
+NO_JSON_22_05 = (SLURM / "scontrol-nodes-22.05-lab.stderr").read_text()
+HAND_MADE_22_05 = (SLURM / "sinfo-22.05-mixed-states.json").read_text()
+# When the 22.05 capture was taken (the 24.11 one 78 s earlier): every job of the captures ends later.
+NOW = 1796319302
+NODES = ["node%d" % i for i in (1, 2, 3, 4, 5, 6, 7, 8, 9, 11)]
+SCONTROL = ["/usr/bin/timeout", "60", "/usr/bin/scontrol", "show", "nodes", "--json"]
+SINFO = ["/usr/bin/timeout", "60", "/usr/bin/sinfo", "--json"]
+SQUEUE = ["/usr/bin/timeout", "60", "/usr/bin/squeue", "--all", "--json"]
+
+
+def slurm(answers):
+    """A FakeCommands fallback: answers a Slurm command by its words after ``timeout N``, the longest match first."""
+
+    def answer(argv):
+        words = list(argv[2:]) if os.path.basename(argv[0]) == "timeout" else list(argv)
+        line = " ".join([os.path.basename(words[0]), *words[1:]])
+        for command in sorted(answers, key=len, reverse=True):
+            if line == command or line.startswith(command + " "):
+                return answers[command]
+        raise AssertionError("unexpected command %s" % argv)
+
+    return answer
+
+
+SLURM_24_11 = {"scontrol show nodes --json": SCONTROL_24_11, "squeue --all --json": SQUEUE_24_11}
+SLURM_22_05 = {
+    "scontrol show nodes --json": (1, "", NO_JSON_22_05 + 'Try "scontrol --help" for more information\n'),
+    "sinfo --json": SINFO_22_05,
+    "squeue --all --json": SQUEUE_22_05,
+}
 
 
 @pytest.fixture
 def harness(monkeypatch):
     monkeypatch.setattr(slurm_fleet.time, "time", lambda: NOW + 0.75)
-    return ModuleHarness(monkeypatch, commands=FakeCommands({"sinfo --json": SINFO_JSON, "squeue": SQUEUE}))
+    return ModuleHarness(monkeypatch, commands=FakeCommands(fallback=slurm(SLURM_24_11)))
 
 
-@pytest.fixture
-def run(harness):
-    def run(args, check=False):
-        return harness.run(slurm_fleet, args, check_mode=check)
-
-    return run
+def use(harness, answers):
+    harness.commands.fallback = slurm(answers)
 
 
-def test_surveys_the_fleet_in_one_sinfo_and_one_squeue(harness, run):
-    result = run({"nodes": NODES})
+@pytest.mark.parametrize(
+    ("answers", "calls", "slurm_seen", "ten_minutes", "thirty_minutes"),
+    [
+        (
+            SLURM_24_11,
+            [SCONTROL, SQUEUE],
+            {"release": "24.11.5", "data_parser": "v0.0.42", "nodes_command": "scontrol show nodes --json"},
+            1796319768,
+            1796320968,
+        ),
+        (
+            SLURM_22_05,
+            [SCONTROL, SINFO, SQUEUE],
+            {"release": "22.05.8", "data_parser": "v0.0.38", "nodes_command": "sinfo --json"},
+            1796319846,
+            1796321046,
+        ),
+    ],
+    ids=["24.11", "22.05"],
+)
+def test_surveys_the_fleet_in_one_node_and_one_job_query(
+    harness, answers, calls, slurm_seen, ten_minutes, thirty_minutes
+):
+    use(harness, answers)
+    result = harness.run(slurm_fleet, {"nodes": NODES})
     assert result["changed"] is False
     assert result["now"] == NOW
-    assert [(n["name"], n["state"], n["job_end"]) for n in result["nodes"]] == [
-        ("ru-node1", "busy", 1796283600),
-        ("ru-node2", "idle", None),
-        ("ru-node3", "drained_by_others", None),
-        ("ru-node4", "idle", None),
-        ("ru-node5", "idle", None),
-        ("ru-node6", "busy", None),
-        ("ru-node7", "down", None),
+    assert result["slurm"] == slurm_seen
+    assert [(n["name"], n["state"], n["job_end"], n["slurm_state"], n["owner"]) for n in result["nodes"]] == [
+        ("node1", "busy", thirty_minutes, "mixed+maintenance+reserved", "none"),
+        ("node2", "busy", ten_minutes, "allocated", "none"),
+        ("node3", "busy", None, "mixed", "none"),  # a job without a time limit
+        ("node4", "busy", ten_minutes, "mixed+drain", "ours"),  # draining: our drain, its job running
+        ("node5", "drained_by_others", None, "idle+drain", "other"),
+        ("node6", "idle", None, "idle+drain", "ours"),  # drained by us, no job
+        ("node7", "down", None, "down", "other"),
+        ("node8", "busy", None, "mixed", "none"),
+        ("node9", "idle", None, "idle", "none"),
+        ("node11", "down", None, "down+not_responding", "other"),
     ]
-    assert result["nodes"][2] == {
-        "name": "ru-node3",
+    assert result["nodes"][4] == {
+        "name": "node5",
         "partitions": ["gpu"],
         "gpus": 4,
         "state": "drained_by_others",
         "job_end": None,
         "slurm_state": "idle+drain",
-        "reason": "bad DIMM, ticket HW-4411",
+        "reason": "HW-1234 ECC errors on GPU 2, ticket open",
         "owner": "other",
     }
-    commands = harness.commands
-    assert commands.calls == [
-        ["/usr/bin/sinfo", "--json"],
-        [
-            "/usr/bin/squeue",
-            "--all",
-            "--noheader",
-            "--states=RUNNING,COMPLETING,CONFIGURING",
-            "--format=%i|%e|%N",
-        ],
-    ]
-    # epoch seconds from squeue, the C locale for both
-    assert commands.environments[1]["SLURM_TIME_FORMAT"] == "%s"
-    assert "SLURM_TIME_FORMAT" not in commands.environments[0]
-    assert [env["LC_ALL"] for env in commands.environments] == ["C", "C"]
+    assert harness.commands.calls == calls
+    assert all(env["LC_ALL"] == "C" for env in harness.commands.environments)
 
 
-def test_check_mode_reads_the_same_and_changes_nothing(harness, run):
-    normal = run({"nodes": ["ru-node1", "ru-node4"]})
-    checked = run({"nodes": ["ru-node1", "ru-node4"]}, check=True)
+def test_check_mode_reads_the_same_and_changes_nothing(harness):
+    normal = harness.run(slurm_fleet, {"nodes": ["node4", "node9"]})
+    checked = harness.run(slurm_fleet, {"nodes": ["node4", "node9"]}, check_mode=True)
     assert checked == normal
     assert checked["changed"] is False
-    assert {call[0] for call in harness.commands.calls} == {"/usr/bin/sinfo", "/usr/bin/squeue"}
+    assert {call[2] for call in harness.commands.calls} == {"/usr/bin/scontrol", "/usr/bin/squeue"}
 
 
-def test_order_given_and_each_node_once(run):
-    result = run({"nodes": ["ru-node7", "ru-node2", "ru-node7"]})
-    assert [(n["name"], n["state"]) for n in result["nodes"]] == [("ru-node7", "down"), ("ru-node2", "idle")]
+def test_order_given_and_each_node_once(harness):
+    result = harness.run(slurm_fleet, {"nodes": ["node7", "node9", "node7"]})
+    assert [(n["name"], n["state"]) for n in result["nodes"]] == [("node7", "down"), ("node9", "idle")]
 
 
-def test_reason_prefix_decides_whose_drain_it_is(run):
-    result = run({"nodes": ["ru-node2", "ru-node5"], "reason_prefix": "other-tool"})
-    assert [(n["state"], n["owner"]) for n in result["nodes"]] == [("drained_by_others", "other"), ("down", "other")]
+def test_reason_prefix_decides_whose_drain_it_is(harness):
+    result = harness.run(slurm_fleet, {"nodes": ["node6", "node4"], "reason_prefix": "other-tool"})
+    assert [(n["state"], n["owner"]) for n in result["nodes"]] == [("drained_by_others", "other")] * 2
 
 
-def test_binary_paths(harness, run):
-    harness.commands = FakeCommands({"/opt/slurm/bin/sinfo --json": SINFO_JSON, "/opt/slurm/bin/squeue": ""})
-    harness.bins.bins = {}  # nothing on PATH: the paths given are used
-    result = run({"nodes": ["ru-node6"], "sinfo_path": "/opt/slurm/bin/sinfo", "squeue_path": "/opt/slurm/bin/squeue"})
-    # sinfo says allocated and squeue lists no job (it ended in between, or it is suspended): busy, end unknown
-    assert result["nodes"][0]["state"] == "busy"
-    assert result["nodes"][0]["job_end"] is None
-    assert [call[0] for call in harness.commands.calls] == ["/opt/slurm/bin/sinfo", "/opt/slurm/bin/squeue"]
+def test_the_hand_made_22_05_fixture_still_reads(harness):
+    use(harness, dict(SLURM_22_05, **{"sinfo --json": HAND_MADE_22_05}))
+    result = harness.run(slurm_fleet, {"nodes": ["ru-node3", "ru-node6"]})
+    assert [(n["state"], n["owner"], n["reason"]) for n in result["nodes"]] == [
+        ("drained_by_others", "other", "bad DIMM, ticket HW-4411"),
+        ("busy", "none", None),  # allocated, and the 22.05 capture lists no job on it: end unknown
+    ]
 
 
-def test_no_node_asked_runs_nothing(harness, run):
-    assert run({"nodes": []}) == {"changed": False, "nodes": [], "now": NOW}
+def test_binary_paths_and_no_timeout_binary(harness):
+    harness.bins.bins = {}  # nothing on PATH, not even timeout: the paths given are used, without a limit
+    use(harness, SLURM_22_05)
+    args = {
+        "nodes": ["node2"],
+        "scontrol_path": "/opt/slurm/bin/scontrol",
+        "sinfo_path": "/opt/slurm/bin/sinfo",
+        "squeue_path": "/opt/slurm/bin/squeue",
+    }
+    result = harness.run(slurm_fleet, args)
+    assert result["nodes"][0]["job_end"] == 1796319846
+    assert harness.commands.calls == [
+        ["/opt/slurm/bin/scontrol", "show", "nodes", "--json"],
+        ["/opt/slurm/bin/sinfo", "--json"],
+        ["/opt/slurm/bin/squeue", "--all", "--json"],
+    ]
+
+
+def test_command_timeout(harness):
+    harness.run(slurm_fleet, {"nodes": ["node1"], "command_timeout": 15})
+    assert [call[:2] for call in harness.commands.calls] == [["/usr/bin/timeout", "15"]] * 2
+    use(harness, {"scontrol show nodes --json": (124, "", "")})
+    failure = harness.fail(slurm_fleet, {"nodes": ["node1"], "command_timeout": 15})
+    assert failure["msg"] == (
+        "scontrol show nodes --json did not answer in 15 s: check slurmctld (scontrol ping), or raise command_timeout"
+    )
+    assert "at least 1 second" in harness.fail(slurm_fleet, {"nodes": ["node1"], "command_timeout": 0})["msg"]
+
+
+def test_no_node_asked_runs_nothing(harness):
+    assert harness.run(slurm_fleet, {"nodes": []}) == {"changed": False, "nodes": [], "now": NOW}
     assert harness.commands.calls == []
 
 
 def test_unknown_nodes_are_named(harness):
-    failure = harness.fail(slurm_fleet, {"nodes": ["ru-node1", "gpu-x9", "gpu-x1"]})
-    assert failure["msg"].startswith("nodes gpu-x9, gpu-x1 are not known to Slurm (sinfo lists ru-node1, ru-node2,")
+    failure = harness.fail(slurm_fleet, {"nodes": ["node1", "gpu-x9", "gpu-x1"]})
+    assert failure["msg"].startswith("nodes gpu-x9, gpu-x1 are not known to Slurm (Slurm lists node1, node11, node2,")
     assert failure["missing"] == ["gpu-x9", "gpu-x1"]
+    assert failure["slurm"]["release"] == "24.11.5"
     # squeue is not run when the request is wrong
-    assert harness.commands.of("squeue") == []
+    assert [call[2] for call in harness.commands.calls] == ["/usr/bin/scontrol"]
     one = harness.fail(slurm_fleet, {"nodes": ["gpu-x9"]})
     assert one["msg"].startswith("node gpu-x9 is not known to Slurm")
 
 
 def test_a_long_list_of_known_names_is_cut(harness):
-    nodes = [{"name": "gpu%03d" % i, "state": "idle"} for i in range(30)]
-    harness.commands.add("sinfo --json", json.dumps({"nodes": nodes}))
+    nodes = [{"name": "gpu%03d" % i, "state": ["IDLE"]} for i in range(30)]
+    use(harness, dict(SLURM_24_11, **{"scontrol show nodes --json": json.dumps({"nodes": nodes})}))
     failure = harness.fail(slurm_fleet, {"nodes": ["zz"]})
     assert "gpu019 and 10 more)" in failure["msg"]
     assert "gpu020" not in failure["msg"]
@@ -127,33 +200,61 @@ def test_a_long_list_of_known_names_is_cut(harness):
     ("answers", "message"),
     [
         (
-            {"sinfo --json": (1, "", "sinfo: unrecognized option '--json'")},
-            "could not read the nodes with sinfo --json: /usr/bin/sinfo exited 1: sinfo: unrecognized option '--json'."
-            " check that Slurm's client works",
+            {"scontrol show nodes --json": (1, "", "scontrol: error: Unable to contact slurm controller")},
+            "could not read the nodes with scontrol show nodes --json: /usr/bin/scontrol exited 1: scontrol: error:"
+            " Unable to contact slurm controller. check that Slurm's client works",
         ),
-        ({"sinfo --json": "Slurm is down"}, "sinfo --json did not print JSON"),
         (
-            {"squeue": (1, "", "squeue: error: Unable to contact slurm controller (connect failure)")},
-            "could not list the running jobs with squeue: /usr/bin/squeue exited 1: squeue: error: Unable to contact",
+            dict(SLURM_22_05, **{"sinfo --json": (1, "", "sinfo: error: Invalid user for SlurmUser slurm")}),
+            "could not read the nodes with sinfo --json (scontrol has no --json): /usr/bin/sinfo exited 1",
         ),
-        ({"squeue": "4101|2026-12-03T10:15:00|ru-node1\n"}, "not epoch seconds: run squeue with SLURM_TIME_FORMAT=%s"),
-        ({"squeue": "4101|1796283600|ru-node[1-\n"}, "unbalanced brackets"),
+        ({"scontrol show nodes --json": "Slurm is down"}, "scontrol show nodes --json did not print JSON"),
+        (
+            # a scontrol that prints sinfo's 23.02+ grouped records would hide whose drain each node has
+            {"scontrol show nodes --json": (SLURM / "sinfo-24.11-lab.json").read_text()},
+            "output of Slurm 24.11.5 (data_parser v0.0.42): its records are grouped",
+        ),
+        (
+            {"squeue --all --json": (1, "", "squeue: error: Unable to contact slurm controller (connect failure)")},
+            "could not list the jobs with squeue --json: /usr/bin/squeue exited 1: squeue: error: Unable to contact",
+        ),
+        (
+            {"squeue --all --json": SINFO_22_05},
+            "cannot read squeue --json output of Slurm 22.05.8 (data_parser v0.0.38): no 'jobs'",
+        ),
     ],
+    ids=["scontrol-down", "sinfo-fails", "not-json", "grouped", "squeue-down", "squeue-not-jobs"],
 )
 def test_slurm_failures_say_what_to_do(harness, answers, message):
-    for command, answer in answers.items():
-        harness.commands.add(command, answer)
+    use(harness, dict(SLURM_24_11, **answers))
     failure = harness.fail(slurm_fleet, {"nodes": NODES})
     assert message in failure["msg"]
     assert failure["failed"] is True
 
 
+def test_a_scontrol_failure_is_not_taken_for_22_05(harness):
+    use(harness, dict(SLURM_22_05, **{"scontrol show nodes --json": (1, "", "scontrol: error: Invalid user")}))
+    harness.fail(slurm_fleet, {"nodes": NODES})
+    assert [call[2] for call in harness.commands.calls] == ["/usr/bin/scontrol"]
+
+
 def test_missing_binary_fails(harness):
-    harness.bins.bins = {"sinfo": "/usr/bin/sinfo"}
+    harness.bins.bins = {"scontrol": "/usr/bin/scontrol", "sinfo": "/usr/bin/sinfo"}
     with pytest.raises(AnsibleFailJson, match="Failed to find required executable squeue"):
         harness.run(slurm_fleet, {"nodes": NODES})
     assert harness.commands.calls == []
+    harness.bins.bins = {"squeue": "/usr/bin/squeue"}
+    with pytest.raises(AnsibleFailJson, match="Failed to find required executable scontrol"):
+        harness.run(slurm_fleet, {"nodes": NODES})
+
+
+def test_sinfo_is_only_needed_on_22_05(harness):
+    harness.bins.bins = {"scontrol": "/usr/bin/scontrol", "squeue": "/usr/bin/squeue"}
+    assert harness.run(slurm_fleet, {"nodes": ["node9"]})["nodes"][0]["state"] == "idle"
+    use(harness, SLURM_22_05)
+    with pytest.raises(AnsibleFailJson, match="Failed to find required executable sinfo"):
+        harness.run(slurm_fleet, {"nodes": ["node9"]})
 
 
 def test_empty_name_is_refused(harness):
-    assert "empty name" in harness.fail(slurm_fleet, {"nodes": ["ru-node1", ""]})["msg"]
+    assert "empty name" in harness.fail(slurm_fleet, {"nodes": ["node1", ""]})["msg"]

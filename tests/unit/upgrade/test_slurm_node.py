@@ -1,4 +1,8 @@
-"""Slurm node state from sinfo (JSON and text), drain ownership and scontrol argv."""
+"""Slurm node state from scontrol/sinfo (JSON and text), jobs from squeue, drain ownership and scontrol argv.
+
+The ``*-lab*`` fixtures are real output of Slurm 22.05.8 and 24.11.5 (tests/fixtures/slurm/README.md);
+``sinfo-22.05-mixed-states.json`` and ``sinfo-N-O-mixed-states.txt`` are the older hand-made ones.
+"""
 
 from __future__ import annotations
 
@@ -49,6 +53,7 @@ def test_json_states(json_nodes):
         "partitions": ["gpu"],
         "gres": "gpu:4",
         "gpus": 4,
+        "reservation": None,
     }
     assert json_nodes["ru-node5"]["state"] == "down"
     assert json_nodes["ru-node5"]["drained"]
@@ -400,3 +405,278 @@ def test_survey_nodes_are_window_plan_nodes(json_nodes):
         ("ru-node1", "busy", 4, ("gpu",)),
         ("ru-node2", "idle", 4, ("gpu",)),
     ]
+
+
+# --- real captures: Slurm 22.05.8 (sinfo --json) and 24.11.5 (scontrol show nodes --json), same scenario ---
+
+SLURM = FIXTURES / "slurm"
+# When the 22.05 capture was taken (the 24.11 one 78 s earlier): every job of the captures ends later.
+CAPTURED = 1796319302
+OURS = "gpuops-upgrade[20261203T1730-cap1]: upgrading the NVIDIA stack"
+FOREIGN = "HW-1234 ECC errors on GPU 2, ticket open"
+# The node captures, with the command they come from and the Slurm they say they are.
+NODE_CAPTURES = {
+    "scontrol-24.11": ("scontrol-nodes-24.11-lab.json", "scontrol show nodes --json", "24.11.5", "v0.0.42"),
+    "scontrol-24.11-v0.0.41": (
+        "scontrol-nodes-24.11-lab-data-parser-v0.0.41.json",
+        "scontrol show nodes --json",
+        "24.11.5",
+        "v0.0.41",
+    ),
+    "scontrol-24.11-v0.0.40": (
+        "scontrol-nodes-24.11-lab-data-parser-v0.0.40.json",
+        "scontrol show nodes --json",
+        "24.11.5",
+        "v0.0.40",
+    ),
+    "sinfo-22.05": ("sinfo-22.05-lab.json", "sinfo --json", "22.05.8", "v0.0.38"),
+}
+JOB_CAPTURES = {
+    "squeue-24.11": ("squeue-24.11-lab.json", "v0.0.42", 1796319768, 1796320968),
+    "squeue-24.11-v0.0.41": ("squeue-24.11-lab-data-parser-v0.0.41.json", "v0.0.41", 1796319768, 1796320968),
+    "squeue-24.11-v0.0.40": ("squeue-24.11-lab-data-parser-v0.0.40.json", "v0.0.40", 1796319768, 1796320968),
+    "squeue-22.05": ("squeue-22.05-lab.json", "v0.0.38", 1796319846, 1796321046),
+}
+# Each node of the scenario (capture/scenario.sh): Slurm's state, reason, and whose drain it is.
+SCENARIO = {
+    "node1": ("mixed+maintenance+reserved", None, "none"),  # a job, and an active maint reservation
+    "node2": ("allocated", None, "none"),  # an --exclusive job with a 10 min limit
+    "node3": ("mixed", None, "none"),  # one of a two-node job without a time limit
+    "node4": ("mixed+drain", OURS, "ours"),  # drained by us while its job runs: draining
+    "node5": ("idle+drain", FOREIGN, "other"),  # drained by someone else: drained
+    "node6": ("idle+drain", OURS, "ours"),  # drained by us, no job: drained
+    "node7": ("down", "PSU replaced, waiting for burn-in", "other"),  # set down by an operator
+    "node8": ("mixed", None, "none"),  # the other node of the two-node job
+    "node9": ("idle", None, "none"),
+    "node11": ("down+not_responding", "Not responding", "other"),  # its slurmd stopped
+}
+
+
+def _capture(name):
+    return (SLURM / name).read_text()
+
+
+@pytest.fixture(scope="module", params=sorted(NODE_CAPTURES))
+def captured(request):
+    """``(key, parse_nodes_json's result)`` of each real node capture."""
+    file, command, _release, _parser = NODE_CAPTURES[request.param]
+    return request.param, slurm_node.parse_nodes_json(_capture(file), command)
+
+
+def test_captured_nodes_say_their_slurm(captured):
+    key, parsed = captured
+    assert parsed["slurm"] == {"release": NODE_CAPTURES[key][2], "data_parser": NODE_CAPTURES[key][3]}
+
+
+def test_captured_states_reasons_and_owners(captured):
+    _key, parsed = captured
+    nodes = parsed["nodes"]
+    assert sorted(nodes) == sorted(SCENARIO)
+    seen = {
+        name: (slurm_node.slurm_state(node), node["reason"], slurm_node.ownership(node, PREFIX))
+        for name, node in nodes.items()
+    }
+    assert seen == SCENARIO
+
+
+def test_captured_drain_jobs_and_reason_users(captured):
+    _key, parsed = captured
+    nodes = parsed["nodes"]
+    draining, drained, foreign, idle = nodes["node4"], nodes["node6"], nodes["node5"], nodes["node9"]
+    assert (draining["drain"], draining["jobs_running"], draining["drained"]) == (True, True, False)
+    assert (drained["drain"], drained["jobs_running"], drained["drained"]) == (True, False, True)
+    assert foreign["drained"]
+    assert foreign["reason_set_by_user"] == "root"
+    assert slurm_node.decide_resume(foreign, PREFIX) == {"action": "none", "ours": False, "pre_existing": True}
+    assert slurm_node.decide_resume(drained, PREFIX)["action"] == "resume"
+    # 24.11 keeps "root" as the user of node9's cleared reason: no reason, no user
+    assert (idle["reason"], idle["reason_set_by_user"], idle["drain"], idle["jobs_running"]) == (
+        None,
+        None,
+        False,
+        False,
+    )
+    assert nodes["node2"]["jobs_running"]
+    assert nodes["node1"]["jobs_running"]
+    assert nodes["node11"]["state_flags"] == ["not_responding"]
+
+
+def test_captured_numbers_partitions_and_gres(captured):
+    key, parsed = captured
+    nodes = parsed["nodes"]
+    for name, node in nodes.items():
+        assert isinstance(node["boot_time"], int), name
+        assert 1796318700 < node["boot_time"] < CAPTURED, name
+        assert (node["gres"], node["gpus"]) == ("gpu:4", 4), name
+        assert node["partitions"] == (["gpu", "long"] if name in ("node1", "node2", "node3") else ["gpu"]), name
+    # 24.11 names the reservation; 22.05 only flags the node
+    assert nodes["node1"]["reservation"] == (None if key == "sinfo-22.05" else "maint-node1")
+    assert "reserved" in nodes["node1"]["state_flags"]
+    assert all(node["reservation"] is None for name, node in nodes.items() if name != "node1")
+
+
+def test_the_reservation_capture_agrees_with_the_nodes():
+    reservations = json.loads(_capture("scontrol-reservation-24.11-lab.json"))["reservations"]
+    active = {r["name"]: r["node_list"] for r in reservations if r["start_time"]["number"] <= CAPTURED}
+    nodes = slurm_node.parse_nodes_json(_capture("scontrol-nodes-24.11-lab.json"))["nodes"]
+    assert active == {"maint-node1": "node1"}
+    assert {n["name"]: n["reservation"] for n in nodes.values() if n["reservation"]} == {"node1": "maint-node1"}
+
+
+@pytest.mark.parametrize("key", sorted(JOB_CAPTURES))
+def test_captured_jobs(key):
+    file, parser, ten_minutes, thirty_minutes = JOB_CAPTURES[key]
+    parsed = slurm_node.parse_squeue_json(_capture(file))
+    assert parsed["slurm"]["data_parser"] == parser
+    assert [(j["job_id"], j["state"], j["nodes"], j["end_time"], j["holds_nodes"]) for j in parsed["jobs"]] == [
+        (1, ["running"], ["node2"], ten_minutes, True),
+        (2, ["running"], ["node3", "node8"], None, True),  # no time limit: no known end
+        (3, ["running"], ["node4"], ten_minutes, True),
+        (4, ["running"], ["node1"], thirty_minutes, True),
+        (5, ["pending"], [], None, False),  # pending on the drained node5: holds nothing
+    ]
+    assert slurm_node.job_ends(parsed["jobs"], CAPTURED) == {
+        "node2": ten_minutes,
+        "node3": None,
+        "node8": None,
+        "node4": ten_minutes,
+        "node1": thirty_minutes,
+    }
+
+
+def test_a_job_without_a_time_limit_has_no_end_although_slurm_writes_one():
+    # Slurm writes start + 365 days as the EndTime of a job without a time limit
+    for file in ("squeue-24.11-lab.json", "squeue-22.05-lab.json"):
+        raw = next(job for job in json.loads(_capture(file))["jobs"] if job["job_id"] == 2)
+        end = raw["end_time"]["number"] if isinstance(raw["end_time"], dict) else raw["end_time"]
+        start = raw["start_time"]["number"] if isinstance(raw["start_time"], dict) else raw["start_time"]
+        assert end - start == 365 * 86400
+    assert slurm_node.parse_squeue_json(_capture("squeue-24.11-lab.json"))["jobs"][1]["end_time"] is None
+
+
+@pytest.mark.parametrize(
+    ("nodes_key", "jobs_key"), [("scontrol-24.11", "squeue-24.11"), ("sinfo-22.05", "squeue-22.05")]
+)
+def test_survey_of_the_captured_clusters(nodes_key, jobs_key):
+    file, command, _release, _parser = NODE_CAPTURES[nodes_key]
+    nodes = slurm_node.parse_nodes_json(_capture(file), command)["nodes"]
+    _file, _parser, ten_minutes, thirty_minutes = JOB_CAPTURES[jobs_key]
+    jobs = slurm_node.parse_squeue_json(_capture(JOB_CAPTURES[jobs_key][0]))["jobs"]
+    fleet = slurm_node.survey(nodes, slurm_node.job_ends(jobs, CAPTURED), sorted(SCENARIO), PREFIX)
+    assert {n["name"]: (n["state"], n["job_end"]) for n in fleet} == {
+        "node1": ("busy", thirty_minutes),
+        "node2": ("busy", ten_minutes),
+        "node3": ("busy", None),
+        "node4": ("busy", ten_minutes),  # our drain, its job still running
+        "node5": ("drained_by_others", None),
+        "node6": ("idle", None),  # our drain, left by an aborted run
+        "node7": ("down", None),
+        "node8": ("busy", None),
+        "node9": ("idle", None),
+        "node11": ("down", None),
+    }
+    assert next(n for n in fleet if n["name"] == "node5")["reason"] == FOREIGN
+
+
+def test_sinfo_json_of_24_11_groups_reasons_and_is_refused():
+    data = json.loads(_capture("sinfo-24.11-lab.json"))
+    # the captured grouping: node5 (someone else's drain) and node6 (ours) under node5's reason
+    grouped = next(r for r in data["sinfo"] if r["nodes"]["nodes"] == ["node5", "node6"])
+    assert grouped["reason"]["description"] == FOREIGN
+    with pytest.raises(slurm_node.SlurmParseError) as raised:
+        slurm_node.parse_sinfo_json(_capture("sinfo-24.11-lab.json"))
+    message = str(raised.value)
+    assert "sinfo --json output of Slurm 24.11.5 (data_parser v0.0.42)" in message
+    assert "scontrol show nodes --json" in message
+
+
+def test_json_unsupported_tells_22_05_scontrol():
+    assert slurm_node.json_unsupported(_capture("scontrol-nodes-22.05-lab.stderr"))
+    assert slurm_node.json_unsupported("", "sinfo: unknown option -- --json")
+    # 24.11 asked for a data_parser it lacks: --json is known, the error is another
+    assert not slurm_node.json_unsupported(
+        "scontrol: error: load_plugins: unable to find plugin: data_parser/v0.0.39\n"
+        "scontrol: error: application/json output not supported by data_parser/v0.0.42"
+    )
+    assert not slurm_node.json_unsupported("scontrol: error: Unable to contact slurm controller (connect failure)")
+
+
+def test_argv():
+    assert slurm_node.scontrol_nodes_json_argv("/usr/bin/scontrol") == ["/usr/bin/scontrol", "show", "nodes", "--json"]
+    assert slurm_node.squeue_json_argv("/usr/bin/squeue") == ["/usr/bin/squeue", "--all", "--json"]
+
+
+def _real_node(**changes):
+    """node4 of the 24.11 capture with ``changes``: the wrapped-number cases Slurm writes elsewhere."""
+    data = json.loads(_capture("scontrol-nodes-24.11-lab.json"))
+    data["nodes"] = [dict(next(n for n in data["nodes"] if n["name"] == "node4"), **changes)]
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    ("boot_time", "expected"),
+    [
+        ({"set": True, "infinite": False, "number": 1796318813}, 1796318813),
+        ({"set": False, "infinite": False, "number": 0}, None),
+        ({"set": False, "infinite": True, "number": 0}, None),
+        (1796318813, 1796318813),
+        (None, None),
+    ],
+)
+def test_wrapped_numbers_are_unwrapped(boot_time, expected):
+    assert slurm_node.parse_nodes_json(_real_node(boot_time=boot_time))["nodes"]["node4"]["boot_time"] == expected
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"state": {"base": "MIXED"}}, r"state of node4 is \{'base': 'MIXED'\}, not a word"),
+        ({"boot_time": "yesterday"}, "boot_time of node4 is 'yesterday', not a number"),
+        ({"boot_time": {"set": True, "infinite": False, "number": "x"}}, "not a number"),
+        ({"name": "", "hostname": ""}, "a node has no name"),
+    ],
+)
+def test_unreadable_records_name_the_slurm_version(changes, message):
+    with pytest.raises(slurm_node.SlurmParseError, match=message) as raised:
+        slurm_node.parse_nodes_json(_real_node(**changes))
+    assert "scontrol show nodes --json output of Slurm 24.11.5 (data_parser v0.0.42)" in str(raised.value)
+
+
+def test_output_without_records_names_the_version_and_slurms_error():
+    meta = json.loads(_capture("scontrol-nodes-24.11-lab.json"))["meta"]
+    text = json.dumps({"meta": meta, "errors": [{"description": "Unable to contact slurm controller"}]})
+    with pytest.raises(slurm_node.SlurmParseError) as raised:
+        slurm_node.parse_nodes_json(text)
+    assert str(raised.value) == (
+        "cannot read scontrol show nodes --json output of Slurm 24.11.5 (data_parser v0.0.42): no 'nodes' list "
+        "(scontrol show nodes --json of 23.02+, sinfo --json of 22.05); keys: errors, meta; "
+        "Slurm says: Unable to contact slurm controller"
+    )
+    with pytest.raises(slurm_node.SlurmParseError, match="a Slurm that names no version in meta"):
+        slurm_node.parse_nodes_json('{"nodes": [{"name": "x", "state": 7}]}')
+    with pytest.raises(slurm_node.SlurmParseError, match=r"squeue --json output of Slurm 22\.05\.8 .*no 'jobs' list"):
+        slurm_node.parse_squeue_json(_capture("sinfo-22.05-lab.json"))
+    with pytest.raises(slurm_node.SlurmParseError, match="squeue --json did not print JSON"):
+        slurm_node.parse_squeue_json("squeue: error: Invalid user")
+
+
+def test_slurm_meta_of_each_form():
+    assert slurm_node.slurm_meta({"meta": {"slurm": {"version": {"major": "23", "minor": "2", "micro": "7"}}}}) == {
+        "release": "23.02.7",
+        "data_parser": None,
+    }
+    assert slurm_node.slurm_meta({}) == {"release": None, "data_parser": None}
+    assert slurm_node.describe({"release": "23.02.7", "data_parser": None}) == "Slurm 23.02.7"
+
+
+def test_job_states_since_23_02_are_lists_with_flags():
+    base = json.loads(_capture("squeue-24.11-lab.json"))
+    job = next(j for j in base["jobs"] if j["job_id"] == 1)
+    cases = [(["COMPLETED", "COMPLETING"], True), (["RUNNING", "CONFIGURING"], True), (["SUSPENDED"], False)]
+    for state, holds in cases:
+        base["jobs"] = [dict(job, job_state=state)]
+        assert slurm_node.parse_squeue_json(json.dumps(base))["jobs"][0]["holds_nodes"] is holds, state
+    # a job past its end still holds its node: its end is now
+    base["jobs"] = [dict(job, job_state=["COMPLETED", "COMPLETING"])]
+    jobs = slurm_node.parse_squeue_json(json.dumps(base))["jobs"]
+    assert slurm_node.job_ends(jobs, 1796319800) == {"node2": 1796319800}
