@@ -5,8 +5,8 @@
 The decision itself is taken by the strategy (plugins/strategy/upgrade_window.py) in the
 controller's main process, before this task is queued; it hands the host its record in the
 variable ``gpuops_upgrade_slot``. This action checks that it did and returns the record; a
-release returns ``release: {ok, halt}``, which the strategy reads from the result to give the
-slot back.
+release returns ``release: {ok, halt, deferred}``, which the strategy reads from the result to
+give the slot back.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ STRATEGY = "gpuops.cluster.upgrade_window"
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("state", "nodes", "settings", "ok", "halt"))
+    _VALID_ARGS = frozenset(("state", "nodes", "settings", "ok", "halt", "deferred"))
     _requires_connection = False
 
     def run(self, tmp=None, task_vars=None):
@@ -51,8 +51,14 @@ class ActionModule(ActionBase):
             return result
         # The strategy gives the slot back when it sees this result.
         halt = self._task.args.get("halt")
-        result["release"] = {
-            "ok": boolean(self._task.args.get("ok", False)),
-            "halt": None if halt is None else boolean(halt),
-        }
+        ok = boolean(self._task.args.get("ok", False))
+        deferred = boolean(self._task.args.get("deferred", False))
+        if deferred and not ok:
+            result.update(
+                failed=True,
+                msg="deferred is true but ok is false: a deferred node is back in service (ok: true); "
+                "a node left out of service is not deferred",
+            )
+            return result
+        result["release"] = {"ok": ok, "halt": None if halt is None else boolean(halt), "deferred": deferred}
         return result

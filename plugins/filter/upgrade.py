@@ -30,6 +30,9 @@ def upgrade_window(hosts, settings=None, slurm=None, canary=None, now=None):
     preview["unavailable_reasons"] = {
         by_scheduler.get(name, name): why for name, why in fleet_nodes.unavailable_reasons(slurm).items()
     }
+    preview["reserved_reasons"] = {
+        by_scheduler.get(name, name): why for name, why in fleet_nodes.reserved_reasons(slurm).items()
+    }
     return preview
 
 

@@ -34,7 +34,8 @@ options:
   settings:
     description:
       - With O(state=acquired), the window's settings C(max_unavailable), C(per_domain), C(partition_floor),
-        C(spread_by), C(granularity), C(halt_on_failure), C(barrier) (see C(module_utils/upgrade/window_plan.py)).
+        C(spread_by), C(granularity), C(halt_on_failure), C(barrier), C(max_job_wait) (see
+        C(module_utils/upgrade/window_plan.py)).
     type: dict
   ok:
     description: With O(state=released), whether the node is back in service.
@@ -45,6 +46,12 @@ options:
       - With O(state=released), whether nothing more may start. Default is the window's C(halt_on_failure) for a node
         that is not O(ok).
     type: bool
+  deferred:
+    description:
+      - With O(state=released), the node's jobs outlasted its wait (C(max_job_wait)) and it is back in service, not
+        upgraded. Needs O(ok=true); the window counts it neither upgraded nor out of service.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - gpuops.cluster.attributes
 attributes:
@@ -91,7 +98,9 @@ admitted:
 slot:
   description:
     - The strategy's record of the node's slot. C(reason) says why a node was not admitted (the run halted, the node
-      is blocked by a rule even with nothing in flight, or it is not in the plan).
+      is blocked by a rule even with nothing in flight, it is deferred because its job does not end within
+      C(max_job_wait), or it is not in the plan). C(job_end) is Slurm's end of its running job when the window was
+      built (null when idle or unknown), C(max_job_wait) the window's wait.
   returned: always
   type: dict
   sample:
@@ -104,6 +113,9 @@ slot:
     waited: 12.5
     in_flight: [gpu002]
     canary: false
+    job_end: null
+    max_job_wait: 3600
     ok: true
+    deferred: false
     halted: false
 """

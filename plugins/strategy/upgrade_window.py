@@ -12,7 +12,11 @@ description:
     pace, and holds every host at its C(gpuops.cluster.upgrade_slot) task (C(state=acquired)) until the window
     (the planner C(module_utils/upgrade/window_plan.py)) admits it, within these rules; at most
     C(max_unavailable) nodes out of service, at most C(per_domain) per rack or NVLink domain, every Slurm partition
-    above its floor, the canary first and alone, nothing new after the first failure.
+    above its floor, the canary first and alone, nothing new after the first failure, and a busy node only when its
+    job ends (Slurm's EndTime) within C(max_job_wait); until then it keeps running, in service.
+  - When nothing is in flight and nothing else can start, the hosts still waiting for their jobs pass their slot task
+    not admitted, deferred, with the job's end in the reason. A host whose release says C(deferred) (its jobs
+    outlasted the wait; it is back in service) gives its slot back without counting as upgraded.
   - A host's slot comes back the moment its C(gpuops.cluster.upgrade_slot) task with C(state=released) has run (a
     skipped one gives nothing back), and the next admitted host starts at once; no host waits for an unrelated one,
     as Ansible's C(serial) batches make it wait for the slowest of its batch.
@@ -114,9 +118,11 @@ class StrategyModule(FreeStrategyModule):
                 self._broken = str(error)
                 self._window = window_plan.Window([], {}, now)
         window = self._window
-        for name in window.admit(now):
-            self._holding.add(name)
-            self._admitted_at[name] = now
+        self._take_admitted(window.admit(now), now)
+        if not self._holding and not window.in_flight and window.defer_waiting(now):
+            # Nothing in flight and nothing started: the nodes waiting for their jobs are deferred, in
+            # service; a chosen canary among them is replaced, and the next one may start now.
+            self._take_admitted(window.admit(now), now)
         passing = []
         for host, _task in waiting:
             name = host.name
@@ -128,6 +134,8 @@ class StrategyModule(FreeStrategyModule):
                     self._hand(host, self._record(name, True, "admitted"))
             elif name not in window.nodes:
                 self._hand(host, self._record(name, False, "not in the window's plan"))
+            elif name in window.deferred:
+                self._hand(host, self._record(name, False, "deferred: %s" % window.deferred[name]))
             elif window.halted:
                 self._hand(host, self._record(name, False, "the run halted before this node started"))
             else:
@@ -142,9 +150,15 @@ class StrategyModule(FreeStrategyModule):
                 passing.append(host)
         return passing
 
+    def _take_admitted(self, names, now):
+        for name in names:
+            self._holding.add(name)
+            self._admitted_at[name] = now
+
     def _record(self, name: str, admitted: bool, reason: str) -> dict:
         now = time.time()
         arrived = self._arrived.get(name, now)
+        node = self._window.nodes.get(name)
         record = {
             "state": "acquired",
             "admitted": admitted,
@@ -155,6 +169,9 @@ class StrategyModule(FreeStrategyModule):
             "in_flight": sorted(self._window.in_flight),
             "canary": name in self._window.canaries,
             "released_at": None,
+            # Slurm's end of the node's running job when the window was built (None: idle or unknown)
+            "job_end": node.job_end if node is not None else None,
+            "max_job_wait": self._window.settings.max_job_wait,
         }
         self._records[name] = record
         return record
@@ -169,14 +186,23 @@ class StrategyModule(FreeStrategyModule):
             data = result_data(result)
             release = data.get("release")
             if isinstance(release, dict) and not data.get("skipped"):
-                self._release(result.host, bool(release.get("ok")), release.get("halt"))
+                self._release(result.host, bool(release.get("ok")), release.get("halt"), bool(release.get("deferred")))
         return results
 
-    def _release(self, host, ok: bool, halt):
+    def _release(self, host, ok: bool, halt, deferred=False):
         name = host.name
-        self._finish(name, ok, None if halt is None else bool(halt))
+        deferred = deferred and ok  # a deferred node is back in service; one left out is a failure
+        self._finish(name, ok, None if halt is None else bool(halt), deferred)
         record = dict(self._records.get(name, {}))
-        record.update({"state": "released", "released_at": time.time(), "ok": ok, "halted": self._window.halted})
+        record.update(
+            {
+                "state": "released",
+                "released_at": time.time(),
+                "ok": ok,
+                "deferred": deferred,
+                "halted": self._window.halted,
+            }
+        )
         self._records[name] = record
         self._hand(host, record)
 
@@ -187,7 +213,7 @@ class StrategyModule(FreeStrategyModule):
         self._records[host.name] = record
         self._hand(host, record)
 
-    def _finish(self, name: str, ok: bool, halt):
+    def _finish(self, name: str, ok: bool, halt, deferred=False):
         self._holding.discard(name)
         if name in self._window.in_flight:
-            self._window.finish(name, ok, halt)
+            self._window.finish(name, ok, halt, deferred=deferred)

@@ -10,6 +10,8 @@ on durations; the makespans go to tests/benchmarks/bench_upgrade_window.py.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_plan
@@ -155,3 +157,33 @@ def test_bad_window_settings_start_nothing_and_say_why(tmp_path):
     for result in acquired.values():
         assert not result["admitted"]
         assert "unknown window setting(s) max_unavailabel" in result["slot"]["reason"]
+
+
+def test_busy_nodes_wait_in_service_for_their_job_and_the_rest_goes_on(tmp_path):
+    """max_job_wait 2 s: n2's job ends 10 s from now, n4's in a day; n5's jobs outlast its wait after its drain."""
+    t0 = time.time()
+    names = ["n1", "n2", "n3", "n4", "n5", "n6"]
+    nodes = [{"name": name, "canary": name == "n1"} for name in names]
+    nodes[1].update(state="busy", job_end=t0 + 10)
+    nodes[3].update(state="busy", job_end=t0 + 86400)
+    hosts = {name: {} for name in names}
+    hosts["n3"] = {"work_seconds": 14}
+    hosts["n5"] = {"jobs_outlast_wait": True}
+    settings = {"max_unavailable": 2, "max_job_wait": 2}
+    acquired, released = run_window(tmp_path, "jobs", hosts, nodes, settings)
+    # n2 took its slot only once its job's end came within the wait, while n3 still ran
+    assert released["n2"]["admitted_at"] >= t0 + 8
+    assert released["n2"]["admitted_at"] < released["n3"]["released_at"]
+    assert released["n2"]["job_end"] == pytest.approx(t0 + 10)
+    # n4's job ends in a day: never drained, deferred with its job's end once nothing else could start
+    assert acquired["n4"]["admitted"] is False
+    assert acquired["n4"]["slot"]["reason"].startswith("deferred: its job ends at ")
+    assert "beyond max_job_wait 2s" in acquired["n4"]["slot"]["reason"]
+    assert "n4" not in released
+    # n5 came back deferred: in service, its slot free for n6, the run not halted
+    assert released["n5"]["deferred"] is True
+    assert released["n5"]["ok"] is True
+    assert not any(slot["halted"] for slot in released.values())
+    assert released["n6"]["admitted_at"] >= released["n5"]["released_at"]
+    timeline = [(host, start, end) for host, (start, end) in spans(released).items()]
+    assert window_plan.check(timeline, nodes, settings) == []

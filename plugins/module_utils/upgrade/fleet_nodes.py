@@ -8,11 +8,37 @@ failure domains from ``gpuops_upgrade_domains`` (``{"rack": "r01", "nvlink": "nv
 ``scheduler_name`` its name in Slurm. ``slurm`` is what ``gpuops.cluster.slurm_fleet``
 returned for them: state (idle, busy, drained_by_others, down), job end, partitions, GPUs.
 Without a scheduler every node is idle and in no partition.
+
+A node Slurm shows in a reservation (the flag ``reserved`` or ``maint`` in its
+``slurm_state``, such as ``idle+reserved``) is ``reserved`` for the window: it
+serves the reservation's users, so the run leaves it alone and reports it. The
+rolling upgrade makes no reservation of its own, so every one is someone else's.
 """
 
 from __future__ import annotations
 
 SLURM_KEYS = ("state", "job_end", "partitions", "gpus")
+# Slurm state words of a node in a reservation (sinfo: RESERVED; a maintenance reservation: MAINT).
+RESERVATION_FLAGS = frozenset({"reserved", "maint"})
+
+
+def in_reservation(entry: dict) -> bool:
+    """Whether Slurm shows the node in a reservation, from its ``slurm_state`` (``idle+reserved``)."""
+    words = str(entry.get("slurm_state") or "").lower().split("+")
+    return bool(RESERVATION_FLAGS.intersection(words)) or bool(entry.get("reservation"))
+
+
+def reserved_reasons(slurm) -> dict:
+    """Why each node in a reservation is left alone, by node name."""
+    reasons = {}
+    for entry in slurm or []:
+        if entry.get("state") in ("idle", "busy") and in_reservation(entry):
+            named = entry.get("reservation")
+            reasons[entry["name"]] = "in a Slurm reservation%s (%s): left alone, not upgraded" % (
+                " " + str(named) if named else "",
+                entry.get("slurm_state") or "reserved",
+            )
+    return reasons
 
 
 def unavailable_reasons(slurm) -> dict:
@@ -58,5 +84,8 @@ def window_nodes(hosts, slurm=None, canary=()) -> list[dict]:
             if found is None:
                 raise ValueError("Slurm returned no state for node %s (inventory host %s)" % (scheduler_name, name))
             node.update({key: found[key] for key in SLURM_KEYS if key in found})
+            if node.get("state") in ("idle", "busy") and in_reservation(found):
+                node["state"] = "reserved"
+                node.pop("job_end", None)
         nodes.append(node)
     return nodes

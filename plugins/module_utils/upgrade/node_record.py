@@ -21,22 +21,29 @@ naming the event, the record's status and what is allowed.
 =================  ============================================  =================================
 event              allowed from                                  status after
 =================  ============================================  =================================
-start              no record (None or {})                        in_progress, blocked, not_reached
+start              no record (None or {})                        in_progress, blocked, deferred,
+                                                                 not_reached
 drain_started      in_progress                                   in_progress
-drained            in_progress                                   in_progress, drain_timeout
+drained            in_progress                                   in_progress, deferred
 upgraded           in_progress                                   in_progress
 gated              in_progress                                   in_progress (the playbook fails
                                                                  the node on an unhealthy gate)
 upgraded_ok        in_progress, with a drain and a healthy gate  upgraded
-failed             in_progress, drain_timeout, upgraded          failed
+failed             in_progress, deferred, upgraded               failed
 rolled_back        failed                                        rolled_back
 rollback_failed    failed                                        rollback_failed
 finished           any status                                    unchanged
 =================  ============================================  =================================
 
-Why ``failed`` is allowed after ``drain_timeout`` and ``upgraded``: the playbook's rescue is
+A node the window did not admit because its job does not end within ``max_job_wait``
+starts ``deferred`` (its slot reason starts with ``deferred``). A drained node whose jobs
+outlast the drain's wait (``max_job_wait``) is ``deferred`` too: the playbook returns it to
+service (never left drained, idle, not upgraded), and ``halt`` follows ``on_drain_timeout``
+(``continue`` by default). Its reason names the job's end Slurm gave (``job_end``) when known.
+
+Why ``failed`` is allowed after ``deferred`` and ``upgraded``: the playbook's rescue is
 entered from any task of the block, and tasks still run after the record took those
-statuses (the Slurm reason after a drain timeout, the slot release after either). When
+statuses (the return to service after a deferral, the slot release after either). When
 one of them fails, the failure supersedes the status, as the playbook's ``combine`` always
 did. It is refused from ``failed``, ``rolled_back`` and ``rollback_failed`` (the rescue does
 not re-enter itself; a second failure would erase the first and its rollback), and from
@@ -50,6 +57,7 @@ node's ``gpuops.cluster.upgrade_slot`` release reports to the window.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgrade_record
@@ -57,12 +65,13 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgr
 STATUSES = (*upgrade_record.NODE_STATUSES, "in_progress")
 ADAPTERS = ("slurm", "kubernetes", "none")
 ON_DRAIN_TIMEOUT = ("halt", "continue")
+DEFAULT_ON_DRAIN_TIMEOUT = "continue"
 # The drain entry keeps what upgrade_record.drain_record gives for every adapter (its keys
 # and ``reason``), ``action`` (what gpuops.cluster.upgrade_drain did: the report shows it) and
 # ``timeout`` (the drain_timeout of the "drained" event, when given). The rest of the task's
 # result (changed, failed, msg, invocation, state, node, ...) is dropped.
 DRAIN_KEYS = ("adapter", "action", "ours", "pre_existing", "timed_out", "reason", "waited", "blocking_pods")
-DRAIN_TIMEOUT_REASON = "jobs still running after the drain timeout; left drained, not upgraded"
+DEFERRED_REASON = "jobs still running after the wait (max_job_wait); returned to service, not upgraded"
 UPGRADED_REASON = "on the target stack, gated"
 OTHER_OWNER_KEPT = "; drain of its other owner kept"
 FINAL_STATUSES = frozenset(STATUSES) - {"in_progress", "failed"}
@@ -75,11 +84,11 @@ EVENTS = {
         ("slot_reason", "decision_reason", "before_driver", "before_loaded", "target", "gate_level"),
     ),
     "drain_started": (("in_progress",), (), ()),
-    "drained": (("in_progress",), ("drain",), ("on_drain_timeout", "drain_timeout")),
+    "drained": (("in_progress",), ("drain",), ("on_drain_timeout", "drain_timeout", "job_end")),
     "upgraded": (("in_progress",), (), ()),
     "gated": (("in_progress",), ("result",), ("level", "phase")),
     "upgraded_ok": (("in_progress",), ("after_driver", "after_loaded"), ("adapter",)),
-    "failed": (("in_progress", "drain_timeout", "upgraded"), (), ("task", "msg")),
+    "failed": (("in_progress", "deferred", "upgraded"), (), ("task", "msg")),
     "rolled_back": (("failed",), ("target_driver", "after_driver", "after_loaded", "gate", "level"), ()),
     "rollback_failed": (("failed",), (), ("task", "msg")),
     "finished": (STATUSES, (), ()),
@@ -251,8 +260,14 @@ def _start(
         raise ValueError(
             "event 'start' of a node the window did not admit needs slot_reason (why not), got %r" % (slot_reason,)
         )
+    if slot_reason.startswith("blocked"):
+        status = "blocked"
+    elif slot_reason.startswith("deferred"):
+        status = "deferred"
+    else:
+        status = "not_reached"
     record.update(
-        status="blocked" if slot_reason.startswith("blocked") else "not_reached",
+        status=status,
         reason=str(slot_reason),
         after=dict(before),
     )
@@ -288,16 +303,29 @@ def _drain_entry(record, drain, drain_timeout) -> dict:
     return entry
 
 
-def _drained(record, now, drain, on_drain_timeout="halt", drain_timeout=None) -> dict:
+def deferred_reason(waited=None, job_end=None, pods=()) -> str:
+    """Why a drained node was returned to service, not upgraded: the wait, the job's end, the pods."""
+    reason = DEFERRED_REASON
+    if waited is not None:
+        reason = "jobs still running after %ds (max_job_wait); returned to service, not upgraded" % waited
+    if job_end is not None:
+        reason += "; its job ends at %s (Slurm's EndTime)" % time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime(_epoch(job_end, "job_end"))
+        )
+    if pods:
+        reason += ": pods " + ", ".join(map(str, pods))
+    return reason
+
+
+def _drained(record, now, drain, on_drain_timeout=DEFAULT_ON_DRAIN_TIMEOUT, drain_timeout=None, job_end=None) -> dict:
     on_drain_timeout = _choice(on_drain_timeout, ON_DRAIN_TIMEOUT, "on_drain_timeout")
     record["drain"] = _drain_entry(record, drain, drain_timeout)
     record["timings"]["drained"] = now
     if record["drain"]["timed_out"]:
-        pods = record["drain"].get("blocking_pods") or []
         record.update(
-            status="drain_timeout",
+            status="deferred",
             halt=on_drain_timeout == "halt",
-            reason=DRAIN_TIMEOUT_REASON + (": pods " + ", ".join(map(str, pods)) if pods else ""),
+            reason=deferred_reason(record["drain"].get("timeout"), job_end, record["drain"].get("blocking_pods") or []),
         )
         record["timings"]["finished"] = now
     return record
@@ -446,23 +474,24 @@ def is_final(record) -> bool:
 
 
 def slot_release(record) -> dict:
-    """``{ok, halt}`` for the node's gpuops.cluster.upgrade_slot release.
+    """``{ok, halt}`` (and ``deferred: true`` for a deferred node) for the node's gpuops.cluster.upgrade_slot release.
 
     upgraded: back in service (ok, no halt). rolled_back: back in service, but the target
-    failed there (ok, halt). drain_timeout: left drained, halting per on_drain_timeout (the
-    record's ``halt``). failed, rollback_failed: left drained, halt.
+    failed there (ok, halt). deferred: its jobs outlasted the wait, back in service, not
+    upgraded (ok, deferred, halting per on_drain_timeout: the record's ``halt``). failed,
+    rollback_failed: left drained, halt.
     """
     status = status_of(record)
     if status == "upgraded":
         return {"ok": True, "halt": False}
     if status == "rolled_back":
         return {"ok": True, "halt": True}
-    if status == "drain_timeout":
+    if status == "deferred":
         halt = record.get("halt")
-        return {"ok": False, "halt": True if halt is None else _flag(halt, "the record's halt")}
+        return {"ok": True, "halt": False if halt is None else _flag(halt, "the record's halt"), "deferred": True}
     if status in ("failed", "rollback_failed"):
         return {"ok": False, "halt": True}
     raise ValueError(
-        "no slot release for a node %s: its record must be upgraded, rolled_back, drain_timeout, failed or "
+        "no slot release for a node %s: its record must be upgraded, rolled_back, deferred, failed or "
         "rollback_failed" % ("without a record" if status is None else "with status %r" % status)
     )

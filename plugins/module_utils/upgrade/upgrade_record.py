@@ -26,14 +26,17 @@ NODE_STATUSES = (
     "skipped",  # already on the target stack and healthy
     "excluded",  # unhealthy before the upgrade: reported, left out
     "upgraded",  # on the target stack, gated, back in service (or kept drained for its other owner)
-    "drain_timeout",  # jobs still running when the drain timed out: left drained, not upgraded
+    "deferred",  # its job did not end within max_job_wait: in service (resumed if drained), not upgraded
     "failed",  # a gate or a step failed: left drained
     "rolled_back",  # failed, then back on the previous stack, gated and back in service
     "rollback_failed",  # failed, and the rollback failed too: left drained
     "not_reached",  # planned, but the run halted before the window admitted it
     "unavailable",  # drained or down by someone else: not touched, counted as out of service
     "blocked",  # a rule of the window (per domain, partition floor) kept it out even with nothing in flight
+    "reserved",  # in a Slurm reservation that is not ours: left alone, in service
 )
+# Not upgraded although the run went on (unless the node's record halted it).
+NOT_UPGRADED_STATUSES = ("excluded", "deferred", "blocked", "unavailable", "reserved")
 FAILED_STATUSES = frozenset({"failed", "rolled_back", "rollback_failed"})
 
 
@@ -252,15 +255,23 @@ def report(
     for host in plan.get("unavailable", []):
         if host not in by_host:
             by_host[host] = {"host": host, "status": "unavailable", "reason": reasons.get(host, "out of service")}
-    for host in sorted(by_host):  # skipped, excluded and unavailable nodes, outside the window
+    reserved = plan.get("reserved_reasons") or {}
+    for host in plan.get("reserved", []):
+        if host not in by_host:
+            by_host[host] = {
+                "host": host,
+                "status": "reserved",
+                "reason": reserved.get(host, "in a Slurm reservation that is not ours: left alone"),
+            }
+    for host in sorted(by_host):  # skipped, excluded, unavailable and reserved nodes, outside the window
         nodes.append(node_entry(dict(by_host[host], canary=False)))
     halted = [node for node in nodes if node.get("status") in FAILED_STATUSES or node.get("halt")]
-    # not upgraded although the run went on: left out unhealthy, jobs outlasted the drain (continue),
-    # kept out by a rule of the window, or out of service by someone else
+    # not upgraded although the run went on: left out unhealthy, deferred for its job, kept out by a
+    # rule of the window, out of service by someone else, or in someone else's reservation
     not_upgraded = [
         {"host": node["host"], "status": node["status"], "reason": node.get("reason")}
         for node in nodes
-        if node.get("status") in ("excluded", "drain_timeout", "blocked", "unavailable") and not node.get("halt")
+        if node.get("status") in NOT_UPGRADED_STATUSES and not node.get("halt")
     ]
     counts: dict[str, int] = {}
     for node in nodes:

@@ -34,6 +34,7 @@ RUN_SETTINGS = (
     "canary_group",
     "run_id",
     "report_path",
+    "max_job_wait",
 )
 # Window settings and the gpuops_upgrade_* variable that sets each.
 WINDOW_SETTINGS = {"per_domain": "per_domain", "partition_floor": "partition_floor"}

@@ -8,8 +8,10 @@ node as soon as another one is back, within these rules:
 * A node is ``{name, domains, partitions, gpus, state, job_end, canary, done}``.
   ``domains`` maps a kind of failure domain to the node's member
   (``{"rack": "r01", "nvlink": "nvl72-5"}``), ``state`` is ``idle``, ``busy``
-  (``job_end``: when its running job ends, epoch seconds, or None when not
-  known), ``drained_by_others`` or ``down``. ``done`` nodes (already on the
+  (``job_end``: when its running job ends, epoch seconds, Slurm's EndTime, or
+  None when not known), ``drained_by_others``, ``down`` or ``reserved`` (in a
+  Slurm reservation that is not ours: in service for its users, left alone,
+  never admitted, not counted out of service). ``done`` nodes (already on the
   target) are skipped.
 * Out of service means: admitted by the window and not finished yet (draining,
   waiting for its job, upgrading), failed (left drained), drained by others, or
@@ -23,6 +25,17 @@ node as soon as another one is back, within these rules:
 * ``partition_floor`` (a fraction in (0, 1], or None): in every Slurm partition,
   the GPUs of the nodes in service stay at least that share of the partition's
   GPUs. A node in several partitions must keep every one of them above its floor.
+* ``max_job_wait`` (seconds, default :data:`DEFAULT_MAX_JOB_WAIT`): a busy node
+  takes a slot only when its job ends (by ``job_end``) within that wait of now;
+  until then it is passed over and keeps running, in service (not drained), and
+  the nodes after it still get their chance. A busy node whose job end is
+  unknown waits until it is idle (:meth:`Window.update`). When nothing is in
+  flight and nothing else can start, the nodes still waiting for their jobs are
+  deferred (:meth:`Window.defer_waiting`): the run does not sit idle for a
+  job; they are reported with their job end, still in service. An admitted node
+  whose jobs outlast the wait after all (a time limit raised, a job that
+  started after the fleet was read) is returned to service and finished as
+  deferred (``Window.finish(name, ok=True, deferred=True)``).
 * Order (:func:`order`): canaries first, then idle nodes, then busy nodes by
   soonest job end (ends within the same ``granularity`` seconds count as equal),
   busy nodes with an unknown end last; nodes of equal priority are interleaved
@@ -49,11 +62,19 @@ node as soon as another one is back, within these rules:
 from __future__ import annotations
 
 import heapq
+from time import gmtime, strftime
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import wave_plan
 
-STATES = ("idle", "busy", "drained_by_others", "down")
+STATES = ("idle", "busy", "drained_by_others", "down", "reserved")
 ADMISSIBLE_STATES = ("idle", "busy")
+# Out of service whoever took them out: counted by every rule, never admitted.
+OUT_OF_SERVICE_STATES = ("drained_by_others", "down")
+# The longest a node's upgrade waits for its running job, by default: one hour. A node is drained only
+# when Slurm's EndTime of its job is at most this far off, so a slot is never held longer for a job
+# than about one node's upgrade takes (install, reboot, gate); a week-long training job keeps its
+# node, in service, until its last hour, and the rest of the fleet goes on meanwhile.
+DEFAULT_MAX_JOB_WAIT = 3600
 SETTINGS = (
     "max_unavailable",
     "per_domain",
@@ -62,6 +83,7 @@ SETTINGS = (
     "granularity",
     "halt_on_failure",
     "barrier",
+    "max_job_wait",
 )
 DEFAULTS = {
     "max_unavailable": "10%",
@@ -71,6 +93,7 @@ DEFAULTS = {
     "granularity": 600,
     "halt_on_failure": True,
     "barrier": False,
+    "max_job_wait": DEFAULT_MAX_JOB_WAIT,
 }
 # Floating point slack for the partition floor (GPU counts are integers).
 _EPSILON = 1e-9
@@ -223,8 +246,40 @@ class Settings:
             )
         self.barrier = barrier
 
+        wait = values["max_job_wait"]
+        if isinstance(wait, str) and wait.strip().isdigit():
+            wait = int(wait)
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
+            raise ValueError(
+                "max_job_wait is %r: set the seconds a node's upgrade may wait for its running job (Slurm's "
+                "EndTime), such as 3600; 0 takes only nodes without jobs" % (wait,)
+            )
+        self.max_job_wait = wait
+
     def as_dict(self) -> dict:
         return {key: getattr(self, key) for key in SETTINGS}
+
+
+def ready(node: Node, now, max_job_wait) -> bool:
+    """Whether ``node`` may take a slot at ``now``: idle, or its job ends within ``max_job_wait`` seconds."""
+    if node.state == "idle":
+        return True
+    return node.state == "busy" and node.job_end is not None and node.job_end - now <= max_job_wait
+
+
+def _when(epoch) -> str:
+    return strftime("%Y-%m-%dT%H:%M:%SZ", gmtime(epoch))
+
+
+def job_wait_reason(node: Node, now, max_job_wait) -> str:
+    """Why a busy node does not take a slot now, in the operator's words."""
+    if node.job_end is None:
+        return "its job has no known end (no time limit in Slurm); it keeps running, in service"
+    return "its job ends at %s (EndTime, in %ds), beyond max_job_wait %ds; it keeps running, in service" % (
+        _when(node.job_end),
+        int(node.job_end - now),
+        int(max_job_wait),
+    )
 
 
 def _priority(node: Node, now, granularity) -> tuple:
@@ -266,7 +321,9 @@ class Window:
 
     ``admit(now)`` returns the nodes that may leave service now, ``finish(name, ok)``
     reports one back. ``in_flight``, ``remaining`` (not admitted yet, in order),
-    ``done``, ``failed``, ``halted`` and ``blocked`` tell where it stands.
+    ``done``, ``failed``, ``deferred`` (name -> why: still running a job, in
+    service, not upgraded), ``reserved`` (left alone), ``halted`` and ``blocked``
+    tell where it stands.
     """
 
     def __init__(self, nodes, settings=None, now=0):
@@ -274,6 +331,7 @@ class Window:
         self.settings = Settings(settings, len(self.nodes))
         self.now = now
         self._limit = self.settings.max_unavailable
+        self._wait = self.settings.max_job_wait
         self._per_domain = self.settings.per_domain
         self._floor = self.settings.partition_floor
         self._partition_gpus: dict = {}
@@ -283,9 +341,11 @@ class Window:
         self._out = set()
         self._domain_out: dict = {}
         self._partition_out: dict = {}
-        self.unavailable = sorted(name for name, node in self.nodes.items() if node.state not in ADMISSIBLE_STATES)
+        self.unavailable = sorted(name for name, node in self.nodes.items() if node.state in OUT_OF_SERVICE_STATES)
         for name in self.unavailable:
             self._take(self.nodes[name])
+        self.reserved = sorted(name for name, node in self.nodes.items() if node.state == "reserved")
+        self.deferred: dict = {}
         self.skipped = sorted(
             name for name, node in self.nodes.items() if node.done and node.state in ADMISSIBLE_STATES
         )
@@ -297,12 +357,30 @@ class Window:
         self._reorder(list(self.nodes.values()), now)
         queue = self.remaining
         canaries = [name for name in queue if self.nodes[name].canary]
+        self._named_canaries = bool(canaries)
         if not canaries and queue:
-            # The first node of the order that can leave service (the first one when none can).
-            fitting = (name for name in queue if self._misfit(self.nodes[name]) is None)
-            canaries = [next(fitting, queue[0])]
+            canaries = [self._pick_canary(queue, now)]
         self.canaries = canaries
         self._canaries_left = set(canaries)
+
+    def _pick_canary(self, queue, now) -> str:
+        """The first node of ``queue`` that can leave service now, its job's end included (else the first that
+        fits, else the first one)."""
+        fitting = [name for name in queue if self._misfit(self.nodes[name]) is None]
+        now_ready = (name for name in fitting if ready(self.nodes[name], now, self._wait))
+        return next(now_ready, fitting[0] if fitting else queue[0])
+
+    def _canary_deferred(self, name: str, now):
+        """A canary did not pass: deferred. A chosen one is replaced by the next node; a named one holds the rest."""
+        if name not in self._canaries_left or self._named_canaries:
+            return
+        self._canaries_left.discard(name)
+        self.canaries = [canary for canary in self.canaries if canary != name]
+        queue = self.remaining
+        if queue and not any(canary in self._waiting for canary in self.canaries):
+            canary = self._pick_canary(queue, now)
+            self.canaries.append(canary)
+            self._canaries_left.add(canary)
 
     # Bookkeeping of who is out of service.
 
@@ -404,6 +482,12 @@ class Window:
         if self._canaries_left:
             # Canaries go one by one, each alone: the first blocked one blocks every node after it.
             passed = set()
+            deferred = next((name for name in self.canaries if name in self.deferred), None)
+            if deferred is not None:
+                return {
+                    name: "waits for the canary %s, which is deferred (%s)" % (deferred, self.deferred[deferred])
+                    for name in remaining
+                }
             for canary in (name for name in self.canaries if name in self._waiting):
                 key = self._misfit(self.nodes[canary], counts)
                 if key is not None:
@@ -450,6 +534,7 @@ class Window:
         self._rank = {name: rank for rank, name in enumerate(names)}
         self._heap = list(enumerate(names))  # sorted, so already a heap
         self._parked: dict = {}
+        self._later: list = []  # busy nodes passed over for their job, tried again on the next admit
         self._dirty = False
 
     def _wake(self, node: Node):
@@ -479,11 +564,18 @@ class Window:
             return []
         if self._dirty:
             self._reorder([self.nodes[name] for name in self._waiting], now)
+        for item in self._later:
+            heapq.heappush(self._heap, item)
+        self._later = []
         if self._canaries_left:
             if self._in_flight:
                 return []
             canary = next((name for name in self.canaries if name in self._waiting), None)
-            if canary is None or self._misfit(self.nodes[canary]) is not None:
+            if (
+                canary is None
+                or self._misfit(self.nodes[canary]) is not None
+                or not ready(self.nodes[canary], now, self._wait)
+            ):
                 return []
             self._start(canary, now)
             return [canary]
@@ -495,6 +587,9 @@ class Window:
             rank, name = heapq.heappop(heap)
             if name not in self._waiting:
                 continue
+            if not ready(self.nodes[name], now, self._wait):
+                self._later.append((rank, name))
+                continue
             key = self._misfit(self.nodes[name])
             if key is None:
                 self._start(name, now)
@@ -503,25 +598,63 @@ class Window:
                 self._parked.setdefault(key, []).append((rank, name))
         return started
 
-    def finish(self, name: str, ok: bool, halt=None):
+    def waiting_for_jobs(self, now) -> dict:
+        """Remaining nodes that do not take a slot now for their running job: name -> why."""
+        return {
+            name: job_wait_reason(self.nodes[name], now, self._wait)
+            for name in self.remaining
+            if not ready(self.nodes[name], now, self._wait)
+        }
+
+    def defer_waiting(self, now) -> dict:
+        """With nothing in flight, defer the nodes still waiting for their jobs; name -> why.
+
+        Called when nothing else can start (nothing in flight, :meth:`admit` gave nothing):
+        the run does not sit idle waiting for a job to come within ``max_job_wait``. Each
+        deferred node is still running its job, in service, not upgraded. Nothing is
+        deferred while a node is in flight or after a halt.
+        """
+        if self._in_flight or self.halted:
+            return {}
+        found = self.waiting_for_jobs(now)
+        for name, why in found.items():
+            self._waiting.discard(name)
+            self.deferred[name] = why
+        for name in found:
+            self._canary_deferred(name, now)
+        return found
+
+    def finish(self, name: str, ok: bool, halt=None, deferred=False):
         """Node ``name`` is back: upgraded and in service (``ok``), or failed and left out of service.
 
         ``halt`` (default: ``not ok`` under ``halt_on_failure``) stops admission: a node
         rolled back and in service again still halts the run (``ok=True, halt=True``), a
-        node left drained by policy need not (``ok=False, halt=False``).
+        node left drained by policy need not (``ok=False, halt=False``). ``deferred``: the
+        node's jobs outlasted its wait, it is back in service, not upgraded (``ok`` must be
+        true: a deferred node is never left out of service).
         """
+        if deferred and not ok:
+            raise ValueError("finish: %s is deferred, so it is back in service: ok must be true" % name)
         if name not in self._in_flight:
             raise ValueError(
                 "finish: %s is not in flight (in flight: %s)" % (name, ", ".join(self._in_flight) or "none")
             )
         del self._in_flight[name]
-        self._canaries_left.discard(name)
+        if deferred:
+            self._canary_deferred(name, self.now)  # a deferred canary did not pass
+        else:
+            self._canaries_left.discard(name)
         if halt is None:
             halt = not ok and self.settings.halt_on_failure
         if halt:
             self.halted = True
         if ok:
-            self.done.append(name)
+            if deferred:
+                self.deferred[name] = "its jobs outlasted max_job_wait %ds; returned to service, not upgraded" % (
+                    self._wait
+                )
+            else:
+                self.done.append(name)
             self._give_back(self.nodes[name])
             self._wake(self.nodes[name])
             return
@@ -573,7 +706,7 @@ def check(timeline, nodes, settings=None) -> list[dict]:
             partition_out[partition] = partition_out.get(partition, 0) + step * node.gpus
 
     for node in fleet.values():
-        if node.state not in ADMISSIBLE_STATES:
+        if node.state in OUT_OF_SERVICE_STATES:
             out += 1
             move(node, 1)
     violations = []
@@ -624,9 +757,10 @@ def plan(nodes, settings=None, now=0) -> dict:
     """A static preview of a window rollout, for a plan-only run.
 
     Returns ``{fleet_size, settings, order, canary, first_window, after_canary,
-    skipped, unavailable, blocked}``: ``first_window`` is what starts now,
-    ``after_canary`` what would start once the canaries passed, if nothing else
-    changed. Raises ValueError for bad nodes or settings.
+    skipped, unavailable, reserved, waiting_for_jobs, blocked}``: ``first_window`` is
+    what starts now, ``after_canary`` what would start once the canaries passed, if
+    nothing else changed; ``waiting_for_jobs`` the busy nodes whose job does not end
+    within ``max_job_wait`` now (name -> why). Raises ValueError for bad nodes or settings.
     """
     window = Window(nodes, settings, now)
     preview = {
@@ -636,6 +770,8 @@ def plan(nodes, settings=None, now=0) -> dict:
         "canary": list(window.canaries),
         "skipped": list(window.skipped),
         "unavailable": list(window.unavailable),
+        "reserved": list(window.reserved),
+        "waiting_for_jobs": window.waiting_for_jobs(now),
         "blocked": window.blocked,
     }
     first = window.admit(now)
@@ -658,6 +794,7 @@ def describe(preview: dict) -> list[str]:
     rules.extend("at most %d per %s" % (limit, kind) for kind, limit in sorted(settings["per_domain"].items()))
     if settings["partition_floor"] is not None:
         rules.append("every partition keeps %g of its GPUs" % settings["partition_floor"])
+    rules.append("a busy node waits for its job at most %ds" % settings["max_job_wait"])
     lines = [
         "%d node(s) in the fleet, %s; %d to upgrade, %d already done, %d down or drained by others"
         % (
@@ -674,6 +811,10 @@ def describe(preview: dict) -> list[str]:
     if preview["after_canary"]:
         lines.append("starts once the canary passed: %s" % ", ".join(preview["after_canary"]))
     lines.append("order: %s" % (", ".join(preview["order"]) or "nothing to upgrade"))
+    for name, why in sorted(preview.get("waiting_for_jobs", {}).items()):
+        lines.append("waits for its job: %s (%s)" % (name, why))
+    for name in preview.get("reserved", []):
+        lines.append("left alone: %s (in a Slurm reservation that is not ours)" % name)
     for name, why in sorted(preview["blocked"].items()):
         lines.append("blocked: %s (%s)" % (name, why))
     return lines

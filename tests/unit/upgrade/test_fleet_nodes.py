@@ -82,3 +82,41 @@ def test_why_nodes_are_out_of_service():
         "node02": "drained by someone else (HW-4411 bad DIMM): not touched",
         "node03": "down in Slurm (Not responding): not touched",
     }
+
+
+@pytest.mark.parametrize("slurm_state", ["idle+reserved", "mixed+maint", "RESERVED"])
+def test_a_node_in_a_reservation_is_reserved_for_the_window_and_reported(slurm_state):
+    slurm = [
+        {
+            "name": "node01",
+            "state": "busy",
+            "job_end": 1000,
+            "partitions": ["gpu"],
+            "gpus": 8,
+            "slurm_state": slurm_state,
+        },
+        dict(SLURM[1]),
+    ]
+    nodes = fleet_nodes.window_nodes(HOSTS, slurm)
+    assert nodes[0]["state"] == "reserved"
+    assert "job_end" not in nodes[0]
+    assert fleet_nodes.reserved_reasons(slurm) == {
+        "node01": "in a Slurm reservation (%s): left alone, not upgraded" % slurm_state
+    }
+    window = window_plan.Window(nodes, {"max_unavailable": 2})
+    assert window.reserved == ["gpu01"]
+    assert window.admit(0) == []
+
+
+def test_a_node_drained_by_others_in_a_reservation_stays_drained_by_others():
+    slurm = [dict(SLURM[0]), dict(SLURM[1], slurm_state="idle+drain+reserved")]
+    nodes = fleet_nodes.window_nodes(HOSTS, slurm)
+    assert nodes[1]["state"] == "drained_by_others"
+    assert fleet_nodes.reserved_reasons(slurm) == {}
+
+
+def test_a_named_reservation_is_reported_by_name():
+    slurm = [dict(SLURM[0], state="idle", job_end=None, slurm_state="idle", reservation="training-q3"), SLURM[1]]
+    assert fleet_nodes.reserved_reasons(slurm)["node01"] == (
+        "in a Slurm reservation training-q3 (idle): left alone, not upgraded"
+    )

@@ -92,7 +92,7 @@ def with_status(status):
         return start(admitted=False, slot_reason="the run halted")
     if status == "upgraded":
         return upgraded()
-    if status == "drain_timeout":
+    if status == "deferred":
         return timed_out()
     if status == "failed":
         return failed(task="Health gate", msg="unhealthy")
@@ -319,7 +319,7 @@ def test_drained_as_today_without_a_timeout():
     [("halt", True), ("continue", False)],
 )
 @pytest.mark.parametrize("pods", [[], ["ml/train-0", "ml/train-1"]])
-def test_drain_timeout_halts_or_continues_as_today(policy, halt, pods):
+def test_jobs_outlasting_the_wait_defer_the_node_and_halt_or_continue(policy, halt, pods):
     before = node_record.step(start(adapter="kubernetes"), "drain_started", T + 1)
     drain = {
         "adapter": "kubernetes",
@@ -330,29 +330,44 @@ def test_drain_timeout_halts_or_continues_as_today(policy, halt, pods):
         "blocking_pods": pods,
     }
     record = node_record.step(before, "drained", T + 10, drain=drain, on_drain_timeout=policy)
-    assert record["status"] == "drain_timeout"
+    assert record["status"] == "deferred"
     assert record["halt"] is halt
-    reason = "jobs still running after the drain timeout; left drained, not upgraded"
+    reason = "jobs still running after the wait (max_job_wait); returned to service, not upgraded"
     assert record["reason"] == reason + (": pods ml/train-0, ml/train-1" if pods else "")
     assert record["timings"]["finished"] == T + 10
     assert node_record.is_final(record)
-    assert node_record.slot_release(record) == {"ok": False, "halt": halt}
-    # today's two set_facts: the drain, then the timeout
-    drained = today("drained", T + 10, gpuops_upgrade_node=before, drain=drain)
-    blocking = today("blocking", T + 10, gpuops_upgrade_node=drained)
-    expected = today(
-        "drain_timeout",
+    # a deferred node is back in service: its slot comes back ok, never as a node left drained
+    assert node_record.slot_release(record) == {"ok": True, "halt": halt, "deferred": True}
+
+
+def test_deferred_reason_names_the_wait_and_the_job_end():
+    before = node_record.step(start(), "drain_started", T + 1)
+    record = node_record.step(
+        before,
+        "drained",
         T + 10,
-        gpuops_upgrade_node=drained,
-        blocking=blocking,
-        gpuops_upgrade_on_drain_timeout=policy,
+        drain=dict(SLURM_DRAINED, timed_out=True),
+        drain_timeout=3600,
+        job_end=1_800_000_000,
     )
-    assert record == expected
+    assert record["reason"] == (
+        "jobs still running after 3600s (max_job_wait); returned to service, not upgraded; "
+        "its job ends at 2027-01-15T08:00:00Z (Slurm's EndTime)"
+    )
+    with pytest.raises(ValueError, match="job_end must be epoch seconds"):
+        node_record.step(before, "drained", T, drain=dict(SLURM_DRAINED, timed_out=True), job_end="soon")
 
 
-def test_drain_timeout_on_drain_timeout_defaults_to_halt():
+def test_on_drain_timeout_defaults_to_continue():
     record = node_record.step(start(), "drained", T, drain=dict(SLURM_DRAINED, timed_out=True))
-    assert record["halt"] is True
+    assert record["halt"] is False
+
+
+def test_a_node_the_window_deferred_for_its_job_starts_deferred():
+    record = start(admitted=False, slot_reason="deferred: its job ends at 2027-01-15T08:00:00Z (EndTime, in 9000s)")
+    assert record["status"] == "deferred"
+    assert record["reason"].startswith("deferred: its job ends")
+    assert node_record.is_final(record)
 
 
 @pytest.mark.parametrize(
@@ -472,7 +487,7 @@ def test_upgraded_ok_needs_a_drain_and_a_healthy_gate(record, data, message):
 # failure and rollback ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("status", ["in_progress", "drain_timeout", "upgraded"])
+@pytest.mark.parametrize("status", ["in_progress", "deferred", "upgraded"])
 @pytest.mark.parametrize(
     ("task", "msg", "reason"),
     [
@@ -500,8 +515,7 @@ def test_failed_from_every_status_the_rescue_sees(status, task, msg, reason):
 def test_failed_is_refused_after_a_failure_or_outside_the_window(status):
     with pytest.raises(
         ValueError,
-        match=r"event 'failed' is not allowed from status '%s' .*allowed from in_progress, drain_timeout, upgraded"
-        % status,
+        match=r"event 'failed' is not allowed from status '%s' .*allowed from in_progress, deferred, upgraded" % status,
     ):
         node_record.step(with_status(status), "failed", T, task="x", msg="y")
 
@@ -609,13 +623,14 @@ def test_is_final():
         "skipped": True,
         "excluded": True,
         "upgraded": True,
-        "drain_timeout": True,
+        "deferred": True,
         "failed": False,
         "rolled_back": True,
         "rollback_failed": True,
         "not_reached": True,
         "unavailable": True,
         "blocked": True,
+        "reserved": True,
         "in_progress": False,
     }
     assert node_record.is_final(None) is False
@@ -627,10 +642,10 @@ def test_is_final():
     [
         ({"status": "upgraded"}, {"ok": True, "halt": False}),
         ({"status": "rolled_back"}, {"ok": True, "halt": True}),
-        ({"status": "drain_timeout", "halt": True}, {"ok": False, "halt": True}),
-        ({"status": "drain_timeout", "halt": False}, {"ok": False, "halt": False}),
-        ({"status": "drain_timeout", "halt": "false"}, {"ok": False, "halt": False}),
-        ({"status": "drain_timeout"}, {"ok": False, "halt": True}),
+        ({"status": "deferred", "halt": True}, {"ok": True, "halt": True, "deferred": True}),
+        ({"status": "deferred", "halt": False}, {"ok": True, "halt": False, "deferred": True}),
+        ({"status": "deferred", "halt": "false"}, {"ok": True, "halt": False, "deferred": True}),
+        ({"status": "deferred"}, {"ok": True, "halt": False, "deferred": True}),
         ({"status": "failed", "halt": True}, {"ok": False, "halt": True}),
         ({"status": "rollback_failed"}, {"ok": False, "halt": True}),
     ],
@@ -780,7 +795,7 @@ def test_tagged_jinja_values_are_taken():
     )
     assert result.__class__ is dict
     assert result["timings"].__class__ is dict
-    assert result["status"] == "drain_timeout"
+    assert result["status"] == "deferred"
     assert result["halt"] is False
     assert result["reason"].endswith(": pods ml/a")
     assert result["timings"]["drained"] == T
@@ -893,7 +908,7 @@ _PATHS = {
         ("gated", {"result": HEALTHY}),
         ("upgraded_ok", {"after_driver": NEW, "after_loaded": NEW}),
     ],
-    "drain_timeout": [
+    "deferred": [
         ("start", START),
         ("drain_started", {}),
         ("drained", {"drain": dict(SLURM_DRAINED, timed_out=True), "on_drain_timeout": "continue"}),
@@ -914,6 +929,7 @@ _PATHS = {
     ],
     "blocked": [("start", dict(START, admitted=False, slot_reason="blocked: floor")), ("finished", {})],
     "not_reached": [("start", dict(START, admitted=False, slot_reason="the run halted"))],
+    "deferred_at_its_slot": [("start", dict(START, admitted=False, slot_reason="deferred: its job ends later"))],
 }
 
 
@@ -943,7 +959,8 @@ def test_any_sequence_gives_a_valid_record_or_a_value_error(steps, first):
         assert result["status"] in (*upgrade_record.NODE_STATUSES, "in_progress")
         assert isinstance(result["timings"], dict)
         if result["status"] not in ("in_progress", "blocked", "not_reached"):
-            assert set(node_record.slot_release(result)) == {"ok", "halt"}
+            release = node_record.slot_release(result)
+            assert set(release) == ({"ok", "halt", "deferred"} if result["status"] == "deferred" else {"ok", "halt"})
         record = result
     if record:
         entry = upgrade_record.node_entry(record)

@@ -199,17 +199,27 @@ def test_report_completed_when_every_node_is_upgraded_or_skipped():
     assert not any(line.startswith(("NOT UPGRADED", "HALTED")) for line in upgrade_record.summary_lines(audit))
 
 
-def test_report_drain_timeout_with_continue_is_partial():
+def test_report_deferred_with_continue_is_partial():
     records = [
         {"host": "a", "status": "upgraded"},
-        {"host": "b", "status": "drain_timeout", "halt": False, "reason": "jobs still running"},
+        {"host": "b", "status": "deferred", "halt": False, "reason": "jobs still running"},
         {"host": "c", "status": "upgraded"},
     ]
     audit = upgrade_record.report("r1", PLAN, records, T0, T1, {"on_drain_timeout": "continue"})
     assert audit["result"] == "partial"
     assert audit["halted_by"] is None
-    assert audit["not_upgraded"] == [{"host": "b", "status": "drain_timeout", "reason": "jobs still running"}]
-    assert upgrade_record.summary_lines(audit)[-1] == "NOT UPGRADED: b (drain_timeout); see their reasons above"
+    assert audit["not_upgraded"] == [{"host": "b", "status": "deferred", "reason": "jobs still running"}]
+    assert upgrade_record.summary_lines(audit)[-1] == "NOT UPGRADED: b (deferred); see their reasons above"
+
+
+def test_report_lists_reserved_nodes_as_left_alone():
+    plan = dict(PLAN, reserved=["r"], reserved_reasons={"r": "in a Slurm reservation (idle+reserved): left alone"})
+    records = [{"host": host, "status": "upgraded"} for host in PLAN["order"]]
+    audit = upgrade_record.report("r1", plan, records, T0, T1)
+    assert audit["result"] == "partial"
+    assert audit["not_upgraded"] == [
+        {"host": "r", "status": "reserved", "reason": "in a Slurm reservation (idle+reserved): left alone"}
+    ]
 
 
 def test_report_halted_marks_the_rest_not_reached():
@@ -221,10 +231,10 @@ def test_report_halted_marks_the_rest_not_reached():
     assert upgrade_record.summary_lines(audit)[-1] == "HALTED at a (failed): no further node was touched"
 
 
-def test_report_halt_on_drain_timeout_and_nothing_to_do():
-    audit = upgrade_record.report("r1", PLAN, [{"host": "a", "status": "drain_timeout", "halt": True}], T0, T1)
+def test_report_halt_on_deferred_and_nothing_to_do():
+    audit = upgrade_record.report("r1", PLAN, [{"host": "a", "status": "deferred", "halt": True}], T0, T1)
     assert audit["result"] == "halted"
-    assert audit["halted_by"]["status"] == "drain_timeout"
+    assert audit["halted_by"]["status"] == "deferred"
     assert upgrade_record.report("r2", {"order": []}, [], T0, T1)["result"] == "nothing_to_do"
 
 

@@ -20,10 +20,10 @@ DEFAULTS = {
     "drain": "none",
     "slurm_controller": None,
     "on_failure": "halt",
-    "on_drain_timeout": "halt",
+    "on_drain_timeout": "continue",
     "gate_level": "standard",
     "canary_gate_level": "extended",
-    "drain_timeout": 3600,
+    "max_job_wait": 3600,
     "drain_poll_interval": 10,
     "canary_soak_seconds": 0,
     "max_unavailable": "10%",
@@ -60,7 +60,7 @@ def test_a_value_outside_its_choices_names_the_variable_and_the_choices(name, va
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("drain_timeout", "1h"), ("drain_timeout", -1), ("drain_poll_interval", 0), ("canary_soak_seconds", True)],
+    [("max_job_wait", "1h"), ("max_job_wait", -1), ("drain_poll_interval", 0), ("canary_soak_seconds", True)],
 )
 def test_seconds_must_be_whole_numbers_within_range(name, value):
     (found,) = value_problems(name, value)
@@ -76,7 +76,7 @@ def test_a_setting_not_set_is_none_and_its_default_applies():
 
 
 def test_seconds_given_as_strings_on_the_command_line_are_accepted():
-    assert value_problems("drain_timeout", "600") == []
+    assert value_problems("max_job_wait", "600") == []
     assert value_problems("drain_poll_interval", "5") == []
 
 
@@ -140,7 +140,7 @@ def test_every_problem_is_listed_at_once():
     values = {
         "gpuops_upgrade_drain": "slrum",
         "gpuops_upgrade_on_failure": "rolback",
-        "gpuops_upgrade_drain_timeout": "x",
+        "gpuops_upgrade_drain_poll_interval": "x",
     }
     values["gpuops_upgrade_partition_floor"] = 2.0
     found = host_validation.findings(
@@ -153,7 +153,7 @@ def test_every_problem_is_listed_at_once():
     assert len(found["problems"]) == 4, found
     assert [p.split(" ")[0] for p in found["problems"][:3]] == [
         "gpuops_upgrade_drain",
-        "gpuops_upgrade_drain_timeout",
+        "gpuops_upgrade_drain_poll_interval",
         "gpuops_upgrade_on_failure",
     ]
     assert found["problems"][3].startswith("gpuops_upgrade_partition_floor: partition_floor is 2.0")

@@ -45,9 +45,10 @@ def test_not_admitted_is_not_a_failure():
 @pytest.mark.parametrize(
     ("args", "release"),
     [
-        ({"state": "released", "ok": True}, {"ok": True, "halt": None}),
-        ({"state": "released", "ok": "false", "halt": "yes"}, {"ok": False, "halt": True}),
-        ({"state": "released"}, {"ok": False, "halt": None}),
+        ({"state": "released", "ok": True}, {"ok": True, "halt": None, "deferred": False}),
+        ({"state": "released", "ok": "false", "halt": "yes"}, {"ok": False, "halt": True, "deferred": False}),
+        ({"state": "released"}, {"ok": False, "halt": None, "deferred": False}),
+        ({"state": "released", "ok": True, "deferred": "yes"}, {"ok": True, "halt": None, "deferred": True}),
     ],
 )
 def test_released_asks_the_strategy_to_give_the_slot_back(args, release):
@@ -69,6 +70,12 @@ def test_a_release_without_a_slot_fails(record, message):
     result = action({"state": "released", "ok": True}).run(task_vars={"gpuops_upgrade_slot": record})
     assert result["failed"] is True
     assert message in result["msg"]
+
+
+def test_a_deferred_release_must_be_back_in_service():
+    result = action({"state": "released", "ok": False, "deferred": True}).run(task_vars={"gpuops_upgrade_slot": RECORD})
+    assert result["failed"] is True
+    assert "a deferred node is back in service" in result["msg"]
 
 
 def test_acquiring_twice_fails():

@@ -498,8 +498,8 @@ def test_plan_previews_the_order_and_the_first_windows():
     assert preview["unavailable"] == ["r3n2"]
     lines = window_plan.describe(preview)
     assert lines[0] == (
-        "6 node(s) in the fleet, at most 3 out of service, at most 1 per rack; "
-        "4 to upgrade, 1 already done, 1 down or drained by others"
+        "6 node(s) in the fleet, at most 3 out of service, at most 1 per rack, "
+        "a busy node waits for its job at most 3600s; 4 to upgrade, 1 already done, 1 down or drained by others"
     )
     assert "starts once the canary passed: r2n2" in lines
     assert "blocked: r3n1 (per_domain rack 1: 1 node(s) of rack r3 already out of service)" in lines
@@ -547,6 +547,7 @@ def fleets(draw):
         ),
         "partition_floor": draw(st.sampled_from([None, 0.3, 0.5, 0.75, 0.85, 1.0])),
         "granularity": draw(st.sampled_from([1, 50, 600])),
+        "max_job_wait": draw(st.sampled_from([0, 100, 300, 10**9])),
     }
     durations = {entry["name"]: draw(st.integers(1, 100)) for entry in nodes}
     return nodes, config, durations
@@ -589,6 +590,8 @@ def drive(nodes, config, durations, fail=frozenset()):
             started_at[name] = now
             heapq.heappush(heap, (now + durations[name], name))
         if not heap:
+            if window.defer_waiting(now):
+                continue  # the rest may be blocked by a deferred canary now
             break
         now, name = heapq.heappop(heap)
         window.finish(name, name not in fail)
@@ -608,13 +611,29 @@ def test_property_no_rule_broken_and_everything_done_or_blocked(case):
     assert not window.halted
     assert window.in_flight == []
     candidates = {e["name"] for e in nodes if not e["done"] and e["state"] in ("idle", "busy")}
-    assert set(window.done) | set(window.remaining) == candidates
+    assert set(window.done) | set(window.remaining) | set(window.deferred) == candidates
     assert set(window.done).isdisjoint(window.remaining)
+    # a deferred node was busy, its job not ending within max_job_wait when the window ran dry
+    limits = window_plan.Settings(config, len(nodes))
+    for name in window.deferred:
+        entry = next(e for e in nodes if e["name"] == name)
+        assert entry["state"] == "busy"
+        assert entry.get("job_end") is None or entry["job_end"] - max(end for *_n, end in timeline or [(0, 0)]) > (
+            limits.max_job_wait
+        )
+    # every admitted busy node's job ended within max_job_wait of its admission
+    starts = {name: start for name, start, _end in timeline}
+    for name, start in starts.items():
+        entry = next(e for e in nodes if e["name"] == name)
+        if entry["state"] == "busy":
+            assert entry.get("job_end") is not None
+            assert entry["job_end"] - start <= limits.max_job_wait
     # what is left is exactly what is blocked, and was blocked from the start (nothing we did can block a node)
     assert set(window.remaining) == set(window.blocked)
-    assert set(window.remaining) <= blocked_at_start
+    assert set(window.remaining) <= blocked_at_start | {
+        name for name in window.remaining if window.blocked[name].startswith("waits for the canary")
+    }
     # every left-over node really cannot leave service alone: recheck it by hand
-    limits = window_plan.Settings(config, len(nodes))
     down = [e for e in nodes if e["state"] in ("down", "drained_by_others")]
     for name in window.remaining:
         entry = next(e for e in nodes if e["name"] == name)
@@ -682,3 +701,170 @@ def test_property_order_is_a_deterministic_permutation_of_the_candidates(case):
         else:
             kinds.append(3)
     assert kinds == sorted(kinds)
+
+
+# Time-aware admission: a busy node takes a slot only when its job ends within max_job_wait.
+
+
+def test_busy_node_beyond_the_wait_is_passed_over_in_service_and_admitted_when_its_end_comes_near():
+    fleet = [node("a", rack="r1"), node("b", rack="r2", state="busy", job_end=5000), node("c", rack="r3")]
+    window = Window(fleet, {"max_unavailable": 3, "max_job_wait": 3600}, now=0)
+    assert window.canaries == ["a"]
+    assert past_canary(window) == ["c"]  # b's job ends in 5000 s: it keeps running, c goes on
+    assert window.remaining == ["b"]
+    assert window.waiting_for_jobs(0) == {
+        "b": "its job ends at 1970-01-01T01:23:20Z (EndTime, in 5000s), beyond max_job_wait 3600s; "
+        "it keeps running, in service"
+    }
+    assert window.admit(1399) == []
+    assert window.admit(1400) == ["b"]  # 5000 - 1400 = 3600: within the wait
+
+
+def test_busy_node_within_the_wait_or_past_its_end_is_admitted():
+    fleet = [node("a"), node("b", rack="r2", state="busy", job_end=3600), node("c", rack="r3", state="busy", job_end=1)]
+    window = Window(fleet, {"max_unavailable": 3}, now=100)
+    assert past_canary(window, now=100) == ["c", "b"]
+
+
+def test_max_job_wait_zero_takes_only_nodes_without_jobs():
+    fleet = [node("a"), node("b", rack="r2", state="busy", job_end=10)]
+    window = Window(fleet, {"max_unavailable": 2, "max_job_wait": 0}, now=0)
+    assert past_canary(window) == []
+    assert window.admit(10) == ["b"]
+
+
+def test_busy_node_without_a_known_end_waits_until_it_is_idle():
+    fleet = [node("a"), node("b", rack="r2", state="busy")]
+    window = Window(fleet, {"max_unavailable": 2, "max_job_wait": 10**9}, now=0)
+    assert past_canary(window) == []
+    assert "no known end" in window.waiting_for_jobs(0)["b"]
+    window.update("b", "idle")
+    assert window.admit(1) == ["b"]
+
+
+def test_nodes_waiting_for_their_jobs_are_deferred_only_when_nothing_else_can_start():
+    fleet = [node("a"), node("b", rack="r2", state="busy", job_end=90000), node("c", rack="r3", state="busy")]
+    window = Window(fleet, {"max_unavailable": 1}, now=0)
+    assert window.admit(0) == ["a"]
+    assert window.defer_waiting(0) == {}  # a is in flight: nothing deferred yet
+    window.finish("a", True)
+    assert window.admit(10) == []
+    assert not window.finished
+    deferred = window.defer_waiting(10)
+    assert sorted(deferred) == ["b", "c"]
+    assert "1970-01-02T01:00:00Z" in deferred["b"]
+    assert window.deferred == deferred
+    assert window.remaining == []
+    assert window.finished
+    # deferred nodes never counted as out of service
+    assert window.admit(10) == []
+    assert window.done == ["a"]
+
+
+def test_defer_waiting_does_nothing_after_a_halt():
+    window = Window([node("a"), node("b", rack="r2", state="busy", job_end=90000)], {"max_unavailable": 2})
+    window.admit(0)
+    window.finish("a", False)
+    assert window.halted
+    assert window.defer_waiting(0) == {}
+
+
+def test_a_node_whose_jobs_outlast_its_wait_is_back_in_service_and_deferred():
+    fleet = [node("a"), node("b", rack="r1"), node("c", rack="r1")]
+    window = Window(fleet, {"max_unavailable": 3, "per_domain": {"rack": 1}}, now=0)
+    (canary,) = window.admit(0)
+    window.finish(canary, ok=True, deferred=True)
+    assert canary in window.deferred
+    assert canary not in window.done
+    assert "returned to service" in window.deferred[canary]
+    assert not window.halted
+    # its slot and its rack are free again; the chosen canary did not pass: the next node is the canary, alone
+    assert window.canaries == ["b"]
+    assert window.admit(1) == ["b"]
+    window.finish("b", True)
+    assert window.admit(2) == ["c"]
+
+
+def test_a_deferred_named_canary_holds_the_rest_back():
+    fleet = [node("a", canary=True), node("b", rack="r2")]
+    window = Window(fleet, {"max_unavailable": 2}, now=0)
+    assert window.admit(0) == ["a"]
+    window.finish("a", ok=True, deferred=True)
+    assert window.admit(1) == []
+    assert window.blocked == {"b": "waits for the canary a, which is deferred (%s)" % window.deferred["a"]}
+    assert window.finished
+
+
+def test_deferred_finish_must_be_back_in_service():
+    window = Window([node("a")], {})
+    window.admit(0)
+    with pytest.raises(ValueError, match="ok must be true"):
+        window.finish("a", ok=False, deferred=True)
+
+
+def test_a_deferred_node_after_the_canary_gives_its_slot_back_without_halting():
+    fleet = [node("a"), node("b", rack="r2"), node("c", rack="r2")]
+    window = Window(fleet, {"max_unavailable": 2, "per_domain": {"rack": 1}}, now=0)
+    assert past_canary(window) == ["b"]
+    window.finish("b", ok=True, deferred=True)
+    assert window.admit(1) == ["c"]
+    assert not window.halted
+
+
+def test_the_chosen_canary_is_a_node_that_can_start_now():
+    fleet = [node("a", state="busy", job_end=90000), node("b", state="busy", job_end=100), node("c", rack="r2")]
+    window = Window(fleet, {"max_unavailable": 3}, now=0)
+    assert window.canaries == ["c"]
+
+
+def test_a_chosen_canary_deferred_for_its_job_is_replaced():
+    fleet = [node("a", state="busy", job_end=90000), node("b", rack="r2")]
+    window = Window(fleet, {"max_unavailable": 2}, now=0)
+    window.update("b", "busy", 80000)  # both busy now: the chosen canary b cannot start
+    assert window.admit(0) == []
+    assert sorted(window.defer_waiting(0)) == ["a", "b"]
+    assert window.finished
+
+
+def test_a_named_canary_waits_for_its_job_and_holds_the_rest_back_until_deferred():
+    fleet = [node("a", state="busy", job_end=90000, canary=True), node("b", rack="r2")]
+    window = Window(fleet, {"max_unavailable": 2}, now=0)
+    assert window.admit(0) == []
+    assert window.defer_waiting(0) == {"a": window.deferred["a"]}
+    assert window.blocked == {"b": "waits for the canary a, which is deferred (%s)" % window.deferred["a"]}
+    assert window.finished
+
+
+def test_reserved_nodes_are_left_alone_and_not_counted_out_of_service():
+    fleet = [node("a"), node("b", rack="r2", state="reserved"), node("c", rack="r3")]
+    window = Window(fleet, {"max_unavailable": 1}, now=0)
+    assert window.reserved == ["b"]
+    assert window.unavailable == []
+    assert "b" not in window.remaining
+    assert window.admit(0) == ["a"]
+    window.finish("a", True)
+    assert window.admit(0) == ["c"]
+    assert check([("a", 0, 1), ("c", 1, 2)], fleet, {"max_unavailable": 1}) == []
+    preview = plan(fleet, {"max_unavailable": 1})
+    assert preview["reserved"] == ["b"]
+    assert "left alone: b (in a Slurm reservation that is not ours)" in window_plan.describe(preview)
+
+
+def test_plan_lists_the_nodes_waiting_for_their_jobs():
+    fleet = [node("a"), node("b", rack="r2", state="busy", job_end=7200)]
+    preview = plan(fleet, {"max_unavailable": 2, "max_job_wait": 3600}, now=0)
+    assert preview["settings"]["max_job_wait"] == 3600
+    assert list(preview["waiting_for_jobs"]) == ["b"]
+    lines = window_plan.describe(preview)
+    assert any(line.startswith("waits for its job: b (its job ends at 1970-01-01T02:00:00Z") for line in lines)
+
+
+@pytest.mark.parametrize("wait", [-1, True, "1h", 1.5j])
+def test_bad_max_job_wait_is_refused(wait):
+    with pytest.raises(ValueError, match="max_job_wait is"):
+        window_plan.Settings({"max_job_wait": wait})
+
+
+def test_max_job_wait_accepts_digits_and_defaults_to_an_hour():
+    assert window_plan.Settings({"max_job_wait": "600"}).max_job_wait == 600
+    assert window_plan.Settings({}).max_job_wait == window_plan.DEFAULT_MAX_JOB_WAIT == 3600

@@ -14,19 +14,20 @@ and a controller ru-ctl. The cases run in file order, each on the state the one 
 3. abort mid-run, then re-run (to 580.65.06, a window of two, one node per rack: ru-gpu1 and
    ru-gpu2 in rack r1, ru-gpu3 and ru-gpu4 in r2): the canary's fault is cleared and the next run
    finishes its pending upgrade from case 2 first; ru-gpu2 and ru-gpu4 (idle, one per rack) go
-   together, ru-gpu3 (a job running) last; its job outlasts the drain timeout and halts the run
-   with its upgrade pending; never two nodes of one rack out at once (the report's timeline);
-   once the job is gone the re-run finishes ru-gpu3 without touching the others again.
+   together, ru-gpu3 (a job without a time limit running) last; its job has no known end, so it is
+   never drained: deferred, in service, once the others are done, the run ``partial``; never two
+   nodes of one rack out at once (the report's timeline); once the job is gone the re-run finishes
+   ru-gpu3 without touching the others again.
 
 4. failure in a later wave with ``gpuops_upgrade_on_failure: rollback``: the fleet, now on R580, is
    moved back to 550.127.08 one node at a time; ru-gpu2's gate fails on a fault injected the same way
    (keyed to 550.127.08): the run rolls it back to the stack its fact recorded (580.65.06, CUDA
    13.0, NCCL 2.27.7), gates it clean, returns it to service and halts; ru-gpu3 and ru-gpu4 are
    not touched;
-5. jobs outlasting the drain with ``gpuops_upgrade_on_drain_timeout: continue`` (to 550.127.08, the
-   canary already there, so the first node of the window's order, idle ru-gpu3, is the canary):
-   ru-gpu2 stays drained with the reason and is not upgraded; the run goes on and ends ``partial``,
-   naming ru-gpu2.
+5. a job without a time limit on ru-gpu2 with ``gpuops_upgrade_on_drain_timeout: continue`` (to
+   550.127.08, the canary already there, so the first node of the window's order, idle ru-gpu3, is
+   the canary): ru-gpu2 is never drained, it is deferred in service and not upgraded; the run goes
+   on and ends ``partial``, naming ru-gpu2.
 
 Every run goes through tests/integration/playbook_run.run_playbook (ansible-runner) with the
 scenario's inventory; assertions read the run's audit report (statuses, drain records, gates, the
@@ -121,8 +122,10 @@ def wait_for(what, predicate, timeout: float = 120.0):
         time.sleep(2)
 
 
-def submit_job(node: str, command: str) -> str:
-    job = sh(CONTROLLER, "sbatch", "--parsable", f"--nodelist={node}", "--wrap", command).strip()
+def submit_job(node: str, command: str, minutes: int | None = None) -> str:
+    """A job on ``node``; ``minutes``: its time limit (Slurm's EndTime), none (unknown end) by default."""
+    limit = [f"--time={minutes}"] if minutes else []
+    job = sh(CONTROLLER, "sbatch", "--parsable", f"--nodelist={node}", *limit, "--wrap", command).strip()
     wait_for(f"job {job} running", lambda: sh(CONTROLLER, "squeue", "-h", "-j", job, "-o", "%T").strip() == "RUNNING")
     return job
 
@@ -212,15 +215,16 @@ def fixture_healthy(workdir):
     assert all(installed(node)["nvidia-driver"].startswith(OLD) for node in NODES), "converge must leave OLD"
     sh(CONTROLLER, "scontrol", "update", f"nodename={FOREIGN_NODE}", "state=drain", f"reason={FOREIGN_REASON}")
     sh(CANARY, "rm", "-f", RELEASE)
-    job = submit_job(CANARY, UNTIL_RELEASED)
+    # a 5-minute time limit: its EndTime is within max_job_wait, so the canary takes its slot at once
+    job = submit_job(CANARY, UNTIL_RELEASED, minutes=5)
     release = release_when_draining(CANARY)
-    # the drain timeout only bounds a broken release: the job ends seconds after the drain starts
+    # the wait only bounds a broken release: the job ends seconds after the drain starts
     run, audit, wall = upgrade(
         workdir,
         "healthy",
         NEW,
         gpuops_upgrade_max_unavailable=2,
-        gpuops_upgrade_drain_timeout=300,
+        gpuops_upgrade_max_job_wait=600,
     )
     release.join(timeout=30)
     sh(CANARY, "rm", "-f", RELEASE)
@@ -356,7 +360,7 @@ def test_failed_canary_stays_drained_with_the_run_in_its_reason(unhealthy_canary
 
 @pytest.fixture(scope="module", name="aborted")
 def fixture_aborted(workdir, unhealthy_canary):
-    """Case 3: to the R580 branch, a window of two, one node per rack; a job outlasting the drain halts at ru-gpu3."""
+    """Case 3: to the R580 branch, a window of two, one node per rack; a job without an end defers ru-gpu3."""
     assert unhealthy_canary[1]["result"] == "halted"
     # the canary's operator cleared its fault (fixture above) and returns it to service
     sh(CONTROLLER, "scontrol", "update", f"nodename={CANARY}", "state=resume")
@@ -366,7 +370,7 @@ def fixture_aborted(workdir, unhealthy_canary):
     settings = {
         "gpuops_upgrade_max_unavailable": 2,
         "gpuops_upgrade_per_domain": {"rack": 1},
-        "gpuops_upgrade_drain_timeout": 10,
+        "gpuops_upgrade_max_job_wait": 10,
         "gpuops_upgrade_on_drain_timeout": "halt",
     }
     first, first_audit, _unused = upgrade(workdir, "aborted", BRANCH, **settings)
@@ -381,21 +385,22 @@ def fixture_aborted(workdir, unhealthy_canary):
     return blocked, (first, first_audit, state), (rerun, rerun_audit, after)
 
 
-def test_abort_leaves_the_blocked_node_drained_and_pending(aborted):
+def test_a_node_whose_job_has_no_end_is_deferred_in_service(aborted):
     blocked, (run, audit, state), _unused = aborted
-    assert run.rc != 0
-    assert audit["halted_by"]["host"] == blocked
-    assert audit["halted_by"]["status"] == "drain_timeout"
+    assert run.rc == 0, run.stdout[-4000:]
+    assert audit["result"] == "partial"
+    assert audit["halted_by"] is None
     # the canary's upgrade of case 2 was pending (it failed its gate): this run finished it first
-    assert statuses(audit) == {CANARY: "upgraded", NODES[1]: "upgraded", blocked: "drain_timeout", NODES[3]: "upgraded"}
+    assert statuses(audit) == {CANARY: "upgraded", NODES[1]: "upgraded", blocked: "deferred", NODES[3]: "upgraded"}
     decision = run.results_for(play="Survey the fleet before the rolling upgrade", task=SURVEY_DECISION, host=CANARY)
     assert decision[0].result["ansible_facts"]["rolling_upgrade_decision"]["reason"].startswith("resume: ")
     for name in (CANARY, NODES[1], NODES[3]):
         assert state["installed"][name]["nvidia-driver"].startswith(BRANCH)
     assert not state["installed"][blocked]["nvidia-driver"].startswith(BRANCH)
-    node = state["slurm"][blocked]
-    assert drained(node)
-    assert node["reason"].startswith(f"gpuops-upgrade[{audit['run_id']}]: jobs still running")
+    # never drained: its job kept running, the node in service
+    assert not drained(state["slurm"][blocked]), state["slurm"][blocked]
+    entry = next(node for node in audit["nodes"] if node["host"] == blocked)
+    assert entry["reason"].startswith("deferred: its job has no known end")
 
 
 def test_idle_nodes_go_before_the_node_running_a_job(aborted):
@@ -499,7 +504,7 @@ def test_rolled_back_node_back_in_service_and_the_rest_untouched(rolled_back):
 
 @pytest.fixture(scope="module", name="continued")
 def fixture_continued(workdir, rolled_back):
-    """Case 5: on_drain_timeout=continue; a job holds ru-gpu2 past its drain timeout."""
+    """Case 5: on_drain_timeout=continue; a job without a time limit keeps ru-gpu2 busy."""
     failing, _unused, audit, _unused = rolled_back
     assert audit["result"] == "halted"
     blocked = failing  # back in service on BRANCH after its rollback
@@ -510,7 +515,7 @@ def fixture_continued(workdir, rolled_back):
             "continue",
             NEW,
             gpuops_upgrade_max_unavailable=2,
-            gpuops_upgrade_drain_timeout=10,
+            gpuops_upgrade_max_job_wait=10,
             gpuops_upgrade_on_drain_timeout="continue",
         )
         state = {"slurm": slurm_nodes(), "installed": {n: installed(n) for n in NODES}}
@@ -520,20 +525,20 @@ def fixture_continued(workdir, rolled_back):
     return blocked, run, audit, state
 
 
-def test_continue_leaves_the_blocked_node_drained_and_goes_on(continued):
+def test_continue_defers_the_busy_node_in_service_and_goes_on(continued):
     blocked, run, audit, state = continued
     assert run.rc == 0, run.stdout[-4000:]
     # the canary group's node is done: the first node of the order (idle) is the canary, the busy one last
     assert audit["plan"]["canary"] == [NODES[2]]
     assert audit["plan"]["order"][-1] == blocked
-    assert statuses(audit) == {CANARY: "skipped", blocked: "drain_timeout", NODES[2]: "upgraded", NODES[3]: "upgraded"}
+    assert statuses(audit) == {CANARY: "skipped", blocked: "deferred", NODES[2]: "upgraded", NODES[3]: "upgraded"}
     assert state["installed"][blocked]["nvidia-driver"].startswith(BRANCH)
     for name in NODES[2:]:
         assert state["installed"][name]["nvidia-driver"].startswith(NEW)
         assert not drained(state["slurm"][name])
-    node = state["slurm"][blocked]
-    assert drained(node)
-    assert node["reason"].startswith(f"gpuops-upgrade[{audit['run_id']}]: jobs still running after 10s")
+    assert not drained(state["slurm"][blocked]), state["slurm"][blocked]
+    entry = next(node for node in audit["nodes"] if node["host"] == blocked)
+    assert entry["reason"].startswith("deferred: its job has no known end")
 
 
 def test_continue_ends_partial_and_names_the_node(continued):
@@ -542,4 +547,4 @@ def test_continue_ends_partial_and_names_the_node(continued):
     assert audit["halted_by"] is None
     assert [node["host"] for node in audit["not_upgraded"]] == [blocked]
     summary = run.results_for(play="Report the rolling upgrade", task="Print the summary")[0].result["msg"]
-    assert f"NOT UPGRADED: {blocked} (drain_timeout); see their reasons above" in summary
+    assert f"NOT UPGRADED: {blocked} (deferred); see their reasons above" in summary
