@@ -9,7 +9,7 @@ Documentation for each filter lives in the sidecar YAML next to this file
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import stack_resolver
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import package_index, stack_resolver
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_version import version_matches
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import (
     MatrixError,
@@ -71,6 +71,17 @@ def nvidia_version_compare(left, operator, right):
         raise AnsibleFilterError("%snvidia_version_compare: %s" % (PREFIX, exc)) from exc
 
 
+def stack_index_problems(hosts, hostvars, registered):
+    """Index problems of every host in ``hosts`` whose read is registered as ``registered`` in ``hostvars``."""
+    reads = {}
+    for host in hosts:
+        result = (hostvars.get(host) or {}).get(registered) or {}
+        index = ((result.get("ansible_facts") or {}).get("gpu_stack") or {}).get("index")
+        if index is not None:
+            reads[host] = index
+    return package_index.fleet_problems(reads)
+
+
 class FilterModule:
     """gpuops.cluster stack filters."""
 
@@ -80,4 +91,5 @@ class FilterModule:
             "stack_violations": stack_violations,
             "cuda_min_driver": cuda_min_driver,
             "nvidia_version_compare": nvidia_version_compare,
+            "stack_index_problems": stack_index_problems,
         }

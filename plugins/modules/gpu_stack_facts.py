@@ -14,9 +14,9 @@ description:
   - Sets the C(gpu_stack) fact with the installed version, pin, hold and unattended-upgrades state of every
     requested package, the loaded kernel module version, the NVML driver version and GPU models from nvidia-smi,
     NVSwitch presence, drift flags and whether a reboot is needed.
-  - Runs at most four commands; one package query for all names (C(dpkg-query) or C(rpm -q)), one
-    C(nvidia-smi --query-gpu), one C(lspci -n -d 10de:) (none when O(nvswitch) is set) and one C(systemctl show)
-    for O(services).
+  - Runs at most five commands; one package query for all names (C(dpkg-query) or C(rpm -q)), one index query
+    with O(index), one C(nvidia-smi --query-gpu), one C(lspci -n -d 10de:) (none when O(nvswitch) is set) and one
+    C(systemctl show) for O(services).
   - Never changes the node.
 author:
   - gpuops.cluster maintainers (@gpuops)
@@ -44,9 +44,12 @@ options:
         default: ''
       spec:
         description:
-          - The install spec the stack resolver adds (C(name=version)); accepted so the resolver's list can be
-            passed as is, and not used.
+          - The install spec (C(name=version)); accepted so a resolved list can be passed as is, and not used.
         type: str
+      follows_driver:
+        description: The package's version is the driver release (see O(index)).
+        type: bool
+        default: false
   packages:
     description: More package names to report, without a requested version (no drift for them).
     type: list
@@ -82,6 +85,35 @@ options:
     type: list
     elements: str
     default: []
+  index:
+    description:
+      - Resolve the exact version of every O(requested) package from the node's package index, in this same
+        execution: one C(apt-cache madison) call (apt) or one C(dnf repoquery --showduplicates) call (dnf) for all
+        names, with a timeout.
+      - O(requested[].version) is then an upstream version (C(580.126.09) matches C(580.126.09-1ubuntu1),
+        C(580.126.09-0ubuntu1) and C(3:580.126.09-1.el9)) or a pattern with C(*); the packages with
+        O(requested[].follows_driver) take the driver release chosen by O(index.driver).
+      - The result is C(gpu_stack.index); drift is computed against its exact versions. Unset, O(requested) holds
+        exact versions and no index is read.
+    type: dict
+    suboptions:
+      driver:
+        description:
+          - The resolved stack's C(driver_request) (C(branch), C(exact), C(floor), C(skip), C(upgrade)).
+          - A branch request takes the release the node runs when it is of that branch (and allowed), otherwise the
+            newest release of the branch for which every package following the driver exists; C(upgrade=true)
+            always takes the newest; C(exact) takes that release or reports what the index lacks.
+        type: dict
+        required: true
+      pins:
+        description: The resolved stack's pins; returned with the exact versions the index holds.
+        type: list
+        elements: dict
+        default: []
+      timeout:
+        description: Seconds the index query may take.
+        type: int
+        default: 120
   nvswitch_pci_ids:
     description:
       - NVIDIA (vendor C(10de)) PCI device ids that are NVSwitch functions.
@@ -192,6 +224,21 @@ ansible_facts:
           type: dict
           returned: always
           sample: {"nvidia-fabricmanager": {"active": true, "enabled": true}}
+        index:
+          description:
+            - With O(index) only. C(packages) and C(pins) with the exact versions the index holds (each package
+              with its install C(spec)), C(driver_version) chosen, C(kept_installed) (the node runs a release of the
+              requested branch and keeps it), C(newer_available) (a newer allowed release the index holds),
+              C(repositories) the versions came from, and C(problems), one line a package with what was looked for
+              and what the repository holds (empty when everything was found).
+          type: dict
+          returned: when O(index) is set
+          sample:
+            driver_version: 580.126.09
+            kept_installed: false
+            newer_available: null
+            problems: []
+            repositories: ["https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"]
         reboot_required:
           description:
             - True when the loaded kernel module differs from the installed driver, or a requested driver is
@@ -206,7 +253,12 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import apt_pinning, rpm_versionlock, stack_facts
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
+    apt_pinning,
+    package_index,
+    rpm_versionlock,
+    stack_facts,
+)
 
 
 def first_line(*texts):
@@ -253,6 +305,30 @@ def query_dnf(module, names, params):
     lock_text = read_value(params["versionlock_path"])
     pins = rpm_versionlock.locked_versions(lock_text or "")
     return installed, pins, None, dict.fromkeys(names)
+
+
+def read_index(module, manager, names, timeout):
+    """What the node's repositories hold for ``names``: one index query, bounded by ``timeout`` seconds."""
+    if manager == "apt":
+        tool = module.get_bin_path("apt-cache", required=True)
+        argv = [tool, "madison", *names]
+        parse = package_index.parse_apt_madison
+    else:
+        tool = module.get_bin_path("dnf", required=True)
+        argv = [tool, "repoquery", "-q", "--showduplicates", "--qf", package_index.DNF_QUERY_FORMAT, *names]
+        parse = package_index.parse_dnf_repoquery
+    limiter = module.get_bin_path("timeout")
+    if limiter:
+        argv = [limiter, str(timeout), *argv]
+    rc, out, err = module.run_command(argv)
+    if rc == 124:
+        module.fail_json(msg=f"{argv[2]} did not answer in {timeout} s: check the node's repositories", cmd=argv)
+    if rc != 0:
+        module.fail_json(msg=f"could not read the package index: {first_line(err, out)}", rc=rc, cmd=argv)
+    try:
+        return parse(out)
+    except package_index.PackageIndexError as exc:
+        module.fail_json(msg=f"cannot read the package index: {exc}", stdout=out, cmd=argv)
 
 
 def loaded_module(path):
@@ -345,6 +421,14 @@ def main():
             },
             "versionlock_path": {"type": "path", "default": "/etc/dnf/plugins/versionlock.list"},
             "package_manager": {"type": "str", "default": "auto", "choices": ["auto", "apt", "dnf"]},
+            "index": {
+                "type": "dict",
+                "options": {
+                    "driver": {"type": "dict", "required": True},
+                    "pins": {"type": "list", "elements": "dict", "default": []},
+                    "timeout": {"type": "int", "default": 120},
+                },
+            },
         },
         supports_check_mode=True,
     )
@@ -381,10 +465,22 @@ def main():
             "component": item.get("component") or None,
         }
 
+    wanted = list(requested.values())
+    index = None
+    if params["index"] is not None:
+        available = read_index(module, manager, sorted(requested), params["index"]["timeout"]) if requested else {}
+        index = package_index.resolve(
+            wanted, params["index"]["pins"], params["index"]["driver"], available, installed, manager
+        )
+        if not index["problems"]:
+            wanted = index["packages"]
+            for item in wanted:
+                packages[item["name"]]["requested"] = item["version"]
+
     loaded, loaded_reason = loaded_module(params["loaded_version_path"])
     nvml_facts, nvml_reason = nvml(module)
     drift = stack_facts.drift(
-        list(requested.values()),
+        wanted,
         installed,
         loaded["version"] if loaded else None,
         pins,
@@ -404,6 +500,8 @@ def main():
         "drift": drift,
         "reboot_required": drift["reboot_required"],
     }
+    if index is not None:
+        facts["index"] = index
     if loaded is None:
         facts["loaded_reason"] = loaded_reason
     if nvml_facts is None:

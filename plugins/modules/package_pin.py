@@ -55,9 +55,13 @@ options:
         default: ''
       spec:
         description:
-          - The install spec the stack resolver adds (C(name=version)); accepted so the resolver's list can be
-            passed as is, and not used.
+          - The install spec (C(name=version)) the node's package index gave; accepted so the list can be passed as
+            is, and not used.
         type: str
+      follows_driver:
+        description: Whether the version is the driver release; accepted so the list can be passed as is, and not used.
+        type: bool
+        default: false
   pins:
     description:
       - Pins over several names at one version, as the stack resolver returns them.
@@ -80,6 +84,10 @@ options:
         description: Exact version for every name.
         type: str
         required: true
+      follows_driver:
+        description: Whether the version is the driver release; accepted so the list can be passed as is, and not used.
+        type: bool
+        default: false
   state:
     description:
       - V(present) writes the pin files, holds (if O(hold)) and locks the requested packages, and drops holds and

@@ -250,7 +250,7 @@ def resolve(requested, pins, driver, index, installed, package_manager="apt"):
     """
     tied = [item for item in requested if item.get("follows_driver")]
     release, kept, newer, problems = (None, False, None, [])
-    if tied and driver:
+    if tied and driver and driver.get("branch"):
         release, kept, newer, problems = _driver_choice(driver, tied, index, installed)
     packages = []
     exact_of = {}
@@ -307,3 +307,34 @@ def resolve(requested, pins, driver, index, installed, package_manager="apt"):
 
 def _spec(name, version, package_manager):
     return "%s=%s" % (name, version) if package_manager == "apt" else "%s-%s" % (name, version)
+
+
+def fleet_problems(reads):
+    """What stops a run before any node changes, from every node's index result.
+
+    ``reads`` maps a host name to its ``gpu_stack.index`` (hosts without one are
+    left out). Returns ``host: problem`` lines, then one line for each set of
+    nodes that read the same repositories and would install different driver
+    releases (nodes that keep the release they run are not counted): one run
+    gives every node of one repository the same exact versions.
+    """
+    lines = []
+    chosen = {}
+    for host in sorted(reads):
+        index = reads[host]
+        lines.extend("%s: %s" % (host, problem) for problem in index.get("problems") or [])
+        if index.get("problems") or index.get("kept_installed") or not index.get("driver_version"):
+            continue
+        key = tuple(index.get("repositories") or [])
+        chosen.setdefault(key, {}).setdefault(index["driver_version"], []).append(host)
+    for key, releases in sorted(chosen.items()):
+        if len(releases) > 1:
+            lines.append(
+                "nodes reading %s would get different driver releases (%s): their package lists differ; run "
+                "apt-get update (dnf makecache) on them or point them at one mirror"
+                % (
+                    ", ".join(key) or "the same repositories",
+                    "; ".join("%s on %s" % (release, ", ".join(hosts)) for release, hosts in sorted(releases.items())),
+                )
+            )
+    return lines

@@ -107,6 +107,7 @@ MODULE_KWARGS = dict(
                 "component": {"type": "str", "default": ""},
                 "names": {"type": "list", "elements": "str", "required": True},
                 "version": {"type": "str", "required": True},
+                "follows_driver": {"type": "bool", "default": False},
             },
         },
         "state": {"type": "str", "default": "present", "choices": ["present", "released", "absent"]},

@@ -20,13 +20,15 @@ from __future__ import annotations
 import fnmatch
 import re
 
-# One package of a resolved stack as modules take it (resolve_stack's packages: name, version,
-# component, the install spec): the suboptions of gpu_stack_facts' requested and package_pin's packages.
+# One package of a resolved stack as modules take it (resolve_stack's packages: name, upstream version,
+# component, whether it follows the driver release; with the exact version from the node's index, the
+# install spec): the suboptions of gpu_stack_facts' requested and package_pin's packages.
 PACKAGE_OPTIONS = {
     "name": {"type": "str", "required": True},
     "version": {"type": "str", "required": True},
     "component": {"type": "str", "default": ""},
     "spec": {"type": "str"},
+    "follows_driver": {"type": "bool", "default": False},
 }
 
 NVIDIA_VENDOR_ID = "10de"

@@ -16,6 +16,7 @@ import difflib
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_version import (
     compare_versions,
     cuda_dashed,
+    driver_branch,
     parse_cuda,
     parse_driver,
     parse_nccl,
@@ -457,10 +458,6 @@ def _fill(template, values):
     return template.format(**values)
 
 
-def _spec(name, version, package_manager):
-    return "%s=%s" % (name, version) if package_manager == "apt" else "%s-%s" % (name, version)
-
-
 def _add_component(matrix, component, label, osys, branch, kernel_modules, values, packages, pins, res):
     rule = matrix.packaging_rule(component, osys["flavor"], branch, kernel_modules)
     if rule is None:
@@ -478,7 +475,7 @@ def _add_component(matrix, component, label, osys, branch, kernel_modules, value
                 "component": label,
                 "name": name,
                 "version": version,
-                "spec": _spec(name, version, osys["package_manager"]),
+                "follows_driver": "{driver}" in package["version"],
             }
         )
     for pin in rule["pins"]:
@@ -487,9 +484,37 @@ def _add_component(matrix, component, label, osys, branch, kernel_modules, value
                 "component": label,
                 "names": [_fill(name, values) for name in pin["names"]],
                 "version": _fill(pin["version"], values),
+                "follows_driver": "{driver}" in pin["version"],
             }
         )
     return rule
+
+
+def _driver_request(matrix, text, branch, gpu, cuda, cuda_full):
+    """What the node's package index must hold for the driver: the branch, the exact release when one was
+    named, the oldest release the GPU and the CUDA update allow (``floor``) and the releases the matrix skips.
+
+    The node picks the exact release (package_index.resolve): the newest its repository holds for which every
+    companion exists, or the one it already runs.
+    """
+    exact = str(text).strip().lstrip("Rr") if len(parse_driver(text)) > 1 else None
+    floors = []
+    if gpu.get("min_driver") and driver_branch(gpu["min_driver"]) == branch:
+        floors.append(gpu["min_driver"])
+    update = next((u for u in matrix.cuda_releases[cuda]["updates"] if u["version"] == cuda_full), None)
+    if update and driver_branch(update["min_driver"]) == branch:
+        floors.append(update["min_driver"])
+    floor = None
+    for value in floors:
+        if floor is None or compare_versions(value, floor) > 0:
+            floor = value
+    return {
+        "branch": str(branch),
+        "exact": exact,
+        "floor": floor,
+        "skip": matrix.known_bad(branch),
+        "upgrade": False,
+    }
 
 
 def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=None):
@@ -632,6 +657,7 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
     result = {
         "driver_branch": str(branch),
         "driver_version": version,
+        "driver_request": _driver_request(matrix, request["driver"], branch, gpu_entry, cuda, cuda_full),
         "driver_kind": branch_entry["kind"],
         "driver_eol": branch_entry["eol"],
         "kernel_modules": kernel_modules,

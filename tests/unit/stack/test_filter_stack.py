@@ -21,6 +21,7 @@ def test_filters_registered():
         "stack_violations",
         "cuda_min_driver",
         "nvidia_version_compare",
+        "stack_index_problems",
     }
 
 
@@ -105,3 +106,34 @@ def test_nvidia_version_compare_errors():
         nvidia_version_compare("1", "~=", "2")
     with pytest.raises(AnsibleFilterError, match=r"gpuops.cluster.nvidia_version_compare: package version"):
         nvidia_version_compare("x.1", "<", "2")
+
+
+def test_stack_index_problems_reads_every_host_and_compares_one_repository():
+    from ansible_collections.gpuops.cluster.plugins.filter.stack import stack_index_problems
+
+    def read(driver, problems=(), kept=False, repo="http://mirror/ubuntu2204/x86_64"):
+        index = {
+            "driver_version": driver,
+            "problems": list(problems),
+            "kept_installed": kept,
+            "repositories": [repo],
+        }
+        return {"stack_read": {"ansible_facts": {"gpu_stack": {"index": index}}}}
+
+    hostvars = {
+        "a": read("580.126.09"),
+        "b": read("580.126.09"),
+        "c": read("580.105.08", kept=True),
+        "d": read(None, problems=["nvidia-fabricmanager 580.126.09: the repository holds no version"]),
+        "e": {},
+    }
+    assert stack_index_problems(["a", "b", "c", "e"], hostvars, "stack_read") == []
+    assert stack_index_problems(list(hostvars), hostvars, "stack_read") == [
+        "d: nvidia-fabricmanager 580.126.09: the repository holds no version"
+    ]
+    hostvars["b"] = read("580.105.08")
+    assert stack_index_problems(["a", "b"], hostvars, "stack_read") == [
+        "nodes reading http://mirror/ubuntu2204/x86_64 would get different driver releases "
+        "(580.105.08 on b; 580.126.09 on a): their package lists differ; run apt-get update (dnf makecache) on "
+        "them or point them at one mirror"
+    ]

@@ -10,15 +10,45 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import stack_resolver
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import package_index, stack_resolver
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.package_transition import superseded_packages
 from ansible_collections.gpuops.cluster.plugins.modules import package_pin
+
+# dnf repoquery output (package_index.DNF_QUERY_FORMAT) in the forms NVIDIA's RHEL 9 repository uses: drivers
+# epoch 3 and "-1.el9" (tests/fixtures/package_index/rhel9-dnf-repoquery-kmod.txt), Fabric Manager and NSCQ "-1"
+# without a dist tag (rhel8-yum-list-showduplicates-nvidia-fabric-manager.txt), DCGM with epoch 1 and a release
+# (nvidia-stack-facts: datacenter-gpu-manager-4-core-1:4.5.2-1). Built for this test at the versions it requests.
+REPOQUERY = """\
+nvidia-driver 3:550.127.05-1.el9 cuda-rhel9-x86_64
+nvidia-driver 3:550.54.15-1.el9 cuda-rhel9-x86_64
+nvidia-driver-cuda 3:550.127.05-1.el9 cuda-rhel9-x86_64
+nvidia-driver-libs 3:550.127.05-1.el9 cuda-rhel9-x86_64
+nvidia-persistenced 3:550.127.05-1.el9 cuda-rhel9-x86_64
+kmod-nvidia-open-dkms 3:550.127.05-1.el9 cuda-rhel9-x86_64
+nvidia-fabric-manager 0:550.127.05-1 cuda-rhel9-x86_64
+libnvidia-nscq-550 0:550.127.05-1 cuda-rhel9-x86_64
+cuda-toolkit-12-4 0:12.4.1-1 cuda-rhel9-x86_64
+libnccl 0:2.25.1-1+cuda12.4 cuda-rhel9-x86_64
+libnccl-devel 0:2.25.1-1+cuda12.4 cuda-rhel9-x86_64
+datacenter-gpu-manager-4-core 1:4.6.0-1 cuda-rhel9-x86_64
+datacenter-gpu-manager-4-cuda12 1:4.6.0-1 cuda-rhel9-x86_64
+"""
 
 
 @pytest.fixture(name="resolved")
 def fixture_resolved():
     request = {"driver": "550.127.05", "cuda": "12.4", "dcgm": "4", "kernel_modules": "open"}
-    return stack_resolver.resolve(request, "Rocky", "9.4", "h100-sxm", nvswitch=True)
+    stack = stack_resolver.resolve(request, "Rocky", "9.4", "h100-sxm", nvswitch=True)
+    exact = package_index.resolve(
+        stack["packages"],
+        stack["pins"],
+        stack["driver_request"],
+        package_index.parse_dnf_repoquery(REPOQUERY),
+        {},
+        package_manager="dnf",
+    )
+    assert exact["problems"] == []
+    return dict(stack, packages=exact["packages"], pins=exact["pins"])
 
 
 @pytest.fixture(name="paths")

@@ -248,15 +248,22 @@ def release_file(dist: Path, arch: str) -> str:
 
 
 def resolver_check(spec: dict, built: set[tuple[str, str]]) -> int:
-    """Ask the resolver for every lab stack; fail when it names a package the repository lacks."""
+    """Resolve every lab stack as a node would (the resolver, then its exact versions from this repository's
+    index); fail when the index lacks a package."""
     sys.path.insert(0, str(ROOT / ".collections"))
     try:
         stack_resolver = importlib.import_module(
             "ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_resolver"
         )
+        package_index = importlib.import_module(
+            "ansible_collections.gpuops.cluster.plugins.module_utils.stack.package_index"
+        )
     except ImportError as error:
         print(f"build-repo: resolver not importable ({error}); names not cross-checked", file=sys.stderr)
         return 0
+    index: dict = {}
+    for name, version in sorted(built):
+        index.setdefault(name, []).append({"version": version, "source": "lab"})
     problems = []
     for stack in spec["lab_stacks"]:
         try:
@@ -266,9 +273,8 @@ def resolver_check(spec: dict, built: set[tuple[str, str]]) -> int:
         except Exception as error:  # the resolver refusing a lab stack is a spec error too
             problems.append(f"{stack['gpu']} {stack['request']}: the resolver refuses it: {error}")
             continue
-        for package in result["packages"]:
-            if (package["name"], str(package["version"])) not in built:
-                problems.append(f"{stack['gpu']} {stack['request']}: {package['name']}={package['version']}")
+        exact = package_index.resolve(result["packages"], result["pins"], result["driver_request"], index, {})
+        problems.extend(f"{stack['gpu']} {stack['request']}: {problem}" for problem in exact["problems"])
     if problems:
         raise SystemExit(
             "build-repo: the resolver names packages the lab repository does not build; "
