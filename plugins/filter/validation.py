@@ -8,15 +8,31 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.module_utils import host_validation
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgrade_settings
 from ansible_collections.gpuops.cluster.plugins.module_utils.variable_values import plain
 
 PREFIX = "gpuops.cluster."
 
 
-def validation_findings(host, checks=(), os=None, os_version=None, read=None, run=None, groups=None, fleet=()):
+def validation_findings(
+    host,
+    checks=(),
+    os=None,
+    os_version=None,
+    read=None,
+    run=None,
+    groups=None,
+    fleet=(),
+    forks=None,
+    domains=None,
+    this_host=None,
+):
     """Every problem of one host: variable names and values, and the checks asked for (stack, upgrade).
 
     ``host`` is what the lookup gpuops.cluster.host_variables returns: ``{names, variables, unreadable}``.
+    With the ``upgrade`` check, the run's own problems (``forks`` against the window, ``per_domain``
+    against ``domains``, each host's gpuops_upgrade_domains) are listed once, under the first host of
+    ``fleet`` by name (``this_host`` is the host these findings are for).
     """
     try:
         if not isinstance(host, dict) or "variables" not in host:
@@ -30,7 +46,7 @@ def validation_findings(host, checks=(), os=None, os_version=None, read=None, ru
             key = host_validation.UPGRADE_PREFIX + name
             if run is not None and key in run:
                 run_values[key] = plain(run[key])
-        return host_validation.findings(
+        found = host_validation.findings(
             dict(host["variables"]),
             names=list(host.get("names") or ()),
             checks=list(checks or ()),
@@ -42,6 +58,18 @@ def validation_findings(host, checks=(), os=None, os_version=None, read=None, ru
             groups={group: list(members) for group, members in (groups or {}).items()},
             fleet=list(fleet or ()),
         )
+        if "upgrade" in (checks or ()) and fleet and this_host is not None and this_host == min(fleet):
+            run = run or {}
+            found["problems"].extend(
+                upgrade_settings.run_problems(
+                    plain(run.get(host_validation.UPGRADE_PREFIX + "max_unavailable")),
+                    len(fleet),
+                    forks=plain(forks),
+                    per_domain=plain(run.get(host_validation.UPGRADE_PREFIX + "per_domain")),
+                    domains_by_host=plain(domains or {}),
+                )
+            )
+        return found
     except (OSError, TypeError, ValueError) as exc:
         raise AnsibleFilterError("%svalidation_findings: %s" % (PREFIX, exc)) from exc
 

@@ -143,8 +143,28 @@ def _argv(value, _values):
     return None
 
 
+def _removed(_value, _values):
+    return "it was removed; unset it"
+
+
+# A removed variable (registry format ``removed``) -> what replaced it and what to set instead.
+REMOVED = {
+    "gpuops_upgrade_waves": (
+        "the rolling upgrade runs in a sliding window since 0.2.0, not in waves: set gpuops_upgrade_max_unavailable "
+        "(a count or a percentage of the fleet, the most nodes out of service at once; each next node starts as soon "
+        "as one is back), and gpuops_upgrade_barrier: true to keep waves of that size; then unset gpuops_upgrade_waves"
+    ),
+    "gpuops_upgrade_drain_timeout": (
+        "replaced in 0.3.0 by gpuops_upgrade_max_job_wait (seconds, default 3600): a busy node is drained only when "
+        "its job ends within that wait, and returned to service (deferred) when its jobs outlast it; set "
+        "gpuops_upgrade_max_job_wait instead"
+    ),
+}
+
+
 # name -> check(value, values) returning a problem (without the variable's name) or None.
 FORMATS = {
+    "removed": _removed,
     "cpulist": _cpulist,
     "kernel_arguments": _kernel_arguments,
     "counts_per_numa_node": _counts_per_numa_node,
@@ -177,6 +197,8 @@ def check(name: str, value, spec: dict, values: dict | None = None) -> list[str]
     value = plain(value)
     if value is None:
         return []
+    if spec.get("format") == "removed":
+        return ["%s was removed: %s" % (name, REMOVED.get(name, "unset it"))]
     kind = spec.get("type")
     converted, ok = _convert(value, kind)
     if not ok:

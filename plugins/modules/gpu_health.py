@@ -19,7 +19,7 @@ description:
   - O(level=standard) adds C(dcgmi diag -r 1); O(level=extended) runs C(dcgmi diag -r 2) and C(all_reduce_perf)
     against a bus-bandwidth threshold.
   - The verdict fails closed. At the level asked for, a missing tool (no C(dcgmi), no C(all_reduce_perf)), a run
-    that timed out or failed, or an empty result (C(dcgmi diag) without results: the host engine did not answer)
+    that timed out or failed, or an empty result (C(dcgmi diag) without results, the host engine did not answer)
     fails its check, with the fix in the detail. Skip a check with O(skip_checks) to not ask for it. A kernel log
     that cannot be read fails the Xid checks; Fabric Manager's state that cannot be read on an NVSwitch node fails
     its check; C(nvidia-smi nvlink -s) failing fails the NVLink check where links are expected.
@@ -143,9 +143,9 @@ options:
   pcie_baseline:
     description:
       - This node's own PCIe baseline, what each GPU trained at when the node was good, keyed by PCI bus id
-        (any spelling, V(00000000:18:00.0) or V(0000:18:00)), each C({width: 16, gen: 5}); C(gen) may be
-        null. The module returns it as C(facts.pcie) for the node to keep. A GPU present in it is judged
-        against it, before O(expected_pcie_width) and the GPU's maximum.
+        (any spelling, V(00000000:18:00.0) or V(0000:18:00)), each a dict of C(width) and C(gen) (lanes and
+        generation); C(gen) may be null. The module returns it as C(facts.pcie) for the node to keep. A GPU
+        present in it is judged against it, before O(expected_pcie_width) and the GPU's maximum.
     type: dict
     default: {}
   command_timeout:

@@ -141,7 +141,7 @@ class NodeReader:
             self.unavailable["smi"] = "nvidia-smi not found: install the NVIDIA driver or set nvidia_smi_path"
             return None
         self.smi_path = path
-        rc, out, err, _ = self.run([path, "-q", "-x"])
+        rc, out, err, _timed_out = self.run([path, "-q", "-x"])
         if "<nvidia_smi_log" not in out:
             self.unavailable["smi"] = "nvidia-smi -q -x failed (rc=%s): %s" % (rc, (err or out).strip()[:300])
             return None
@@ -172,7 +172,7 @@ class NodeReader:
                 else:
                     local = since.astimezone().strftime("%Y-%m-%d %H:%M:%S") if since.tzinfo else since.isoformat(" ")
                     argv = [journalctl, "_TRANSPORT=kernel", "-o", "short-iso", "--no-pager", "--since", local]
-                rc, out, err, _ = self.run(argv)
+                rc, out, err, _timed_out = self.run(argv)
                 if rc == 0:
                     return kernel_log.parse(out, since=since, boot_time=booted if since is None else None)
                 if source == "journalctl":
@@ -188,7 +188,7 @@ class NodeReader:
         if not dmesg:
             self.failed["kernel"] = "neither journalctl nor dmesg found: pass kernel_log"
             return None
-        rc, out, err, _ = self.run([dmesg, "-T"])
+        rc, out, err, _timed_out = self.run([dmesg, "-T"])
         if rc != 0:
             self.failed["kernel"] = (
                 "kernel log not readable: dmesg -T failed (rc=%s): %s. Run as root or pass kernel_log."
@@ -269,7 +269,7 @@ class NodeReader:
                 "pass fabricmanager_state or skip fabricmanager"
             )
             return None
-        rc, out, err, _ = self.run([systemctl, "is-active", "nvidia-fabricmanager"])
+        rc, out, err, _timed_out = self.run([systemctl, "is-active", "nvidia-fabricmanager"])
         state = (out.strip().splitlines() or [""])[0]
         if state not in SYSTEMD_STATES:
             self.failed["fabricmanager"] = (

@@ -13,6 +13,11 @@ what is checked here needs more than one value: the Slurm controller against the
 inventory, the window's settings together, the canary group against the run, and
 run settings set for some hosts only.
 
+Some checks need the whole run (:func:`run_problems`): ``forks`` against the window's
+size (a node in flight holds a fork; with fewer forks than the window, the window is
+never filled and the run is slower than planned), and ``per_domain`` against the
+failure domains the hosts declare (a kind no host declares limits nothing).
+
 Settings come in two kinds. Node settings (drain adapter, timeouts, gates, failure
 policy, failure domains) are read on each node and may differ between nodes. Run
 settings (the window, the canary group, the run id, the report path) are read once, on the
@@ -101,6 +106,68 @@ def problems(
                 "so set it for all hosts (group_vars/all or -e), not per host or group"
                 % (_var(name), settings[name], run_settings[name])
             )
+    return found
+
+
+def run_problems(max_unavailable, fleet_size: int, forks=None, per_domain=None, domains_by_host=None) -> list[str]:
+    """Problems of the run as a whole, checked once: ``forks`` against the window, ``per_domain`` against the domains.
+
+    ``max_unavailable`` is the run's value (None: the default), ``fleet_size`` the hosts of the
+    run, ``forks`` Ansible's forks (``ansible_forks``; None: not checked), ``per_domain`` the run's
+    value and ``domains_by_host`` each host's ``gpuops_upgrade_domains`` (None or {} when unset).
+    A value that is itself invalid is reported by :func:`problems`, not here.
+    """
+    found = []
+    try:
+        window = wave_plan.size_of(
+            window_plan.DEFAULTS["max_unavailable"] if max_unavailable in (None, "") else max_unavailable,
+            max(int(fleet_size), 1),
+            "max_unavailable",
+        )
+    except ValueError:
+        window = None
+    if window is not None and forks is not None and not isinstance(forks, bool):
+        try:
+            forks = int(forks)
+        except (TypeError, ValueError):
+            forks = None
+        if forks is not None and forks < window:
+            found.append(
+                "forks is %d but the window takes up to %d node(s) at once (gpuops_upgrade_max_unavailable %s of %d "
+                "host(s)): each node in flight holds a fork, so the window would never fill; run with --forks %d "
+                "(or forks = %d under [defaults] in ansible.cfg, or ANSIBLE_FORKS=%d), or lower "
+                "gpuops_upgrade_max_unavailable to %d"
+                % (
+                    forks,
+                    window,
+                    window_plan.DEFAULTS["max_unavailable"] if max_unavailable in (None, "") else max_unavailable,
+                    fleet_size,
+                    window,
+                    window,
+                    window,
+                    forks,
+                )
+            )
+    if isinstance(per_domain, dict) and per_domain:
+        declared = set()
+        for domains in (domains_by_host or {}).values():
+            if isinstance(domains, dict):
+                declared.update(str(kind) for kind in domains)
+        for kind in sorted(map(str, per_domain)):
+            if kind not in declared:
+                found.append(
+                    "gpuops_upgrade_per_domain limits %r, but no host of the run declares a %s in "
+                    "gpuops_upgrade_domains, so the limit would do nothing; give each host its %s (such as "
+                    "gpuops_upgrade_domains: {%s: r07}), or remove %s from gpuops_upgrade_per_domain%s"
+                    % (
+                        kind,
+                        kind,
+                        kind,
+                        kind,
+                        kind,
+                        " (kinds declared: %s)" % ", ".join(sorted(declared)) if declared else "",
+                    )
+                )
     return found
 
 

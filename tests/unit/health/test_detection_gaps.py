@@ -183,7 +183,7 @@ def test_every_matrix_model_behind_nvswitch_has_a_link_count():
     for model in matrix["gpus"]:
         names = [alias for alias in model["aliases"] if " " in alias or "-" in alias]  # product names, not keys
         for name in names:
-            links, _ = nvlink_counts.links_for_model(name)
+            links, _why = nvlink_counts.links_for_model(name)
             if model["nvswitch"]:
                 assert links, "%s (%s) has nvswitch: true but no NVLink count" % (name, model["key"])
             elif model["key"].endswith(("-pcie", "-nvl")):

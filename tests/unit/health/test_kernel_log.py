@@ -183,7 +183,7 @@ def test_fallen_off_bus_in_kmsg_with_escaped_newlines(fixture_text):
 
 def test_fallen_off_bus_older_driver_wordings(fixture_text):
     parsed = kernel_log.parse(fixture_text("kernel-log/fallen-off-bus-older-drivers-journal-short.log"), now=NOW)
-    assert [bus for bus, _ in fallen(parsed)] == [
+    assert [bus for bus, _uptime in fallen(parsed)] == [
         "0000:1a:00",
         "0000:1a:00",
         "0000:3d:00",

@@ -185,3 +185,76 @@ def test_canary_checks_run_with_the_other_settings_when_groups_are_given():
     )
     assert len(found) == 1
     assert "'canaries', which is not an inventory group" in found[0]
+
+
+# Checks of the run as a whole: forks against the window, per_domain against the declared domains.
+
+
+@pytest.mark.parametrize(
+    ("max_unavailable", "fleet", "forks", "window"),
+    [(8, 100, 5, 8), ("10%", 256, 5, 25), (None, 256, 24, 25)],
+)
+def test_forks_below_the_window_are_refused_with_the_fix(max_unavailable, fleet, forks, window):
+    (found,) = upgrade_settings.run_problems(max_unavailable, fleet, forks=forks)
+    assert found.startswith("forks is %d but the window takes up to %d node(s) at once" % (forks, window))
+    assert "run with --forks %d" % window in found
+    assert "lower gpuops_upgrade_max_unavailable to %d" % forks in found
+
+
+@pytest.mark.parametrize(
+    ("max_unavailable", "fleet", "forks"),
+    [(8, 100, 8), ("10%", 256, 25), (None, 10, 5), (4, 10, None), ("bad", 10, 1), (2, 10, "x")],
+)
+def test_forks_at_least_the_window_or_unknown_pass(max_unavailable, fleet, forks):
+    assert upgrade_settings.run_problems(max_unavailable, fleet, forks=forks) == []
+
+
+def test_per_domain_kind_no_host_declares_is_refused():
+    (found,) = upgrade_settings.run_problems(
+        None, 3, per_domain={"rack": 1}, domains_by_host={"gpu1": {}, "gpu2": None}
+    )
+    assert found.startswith("gpuops_upgrade_per_domain limits 'rack', but no host of the run declares a rack")
+    assert "gpuops_upgrade_domains: {rack: r07}" in found
+    (found,) = upgrade_settings.run_problems(
+        None, 2, per_domain={"rack": 1, "nvlink": 1}, domains_by_host={"gpu1": {"rack": "r1"}, "gpu2": {}}
+    )
+    assert "limits 'nvlink'" in found
+    assert found.endswith("(kinds declared: rack)")
+
+
+def test_per_domain_kind_one_host_declares_passes():
+    domains = {"gpu1": {"rack": "r1"}, "gpu2": {}}
+    assert upgrade_settings.run_problems(None, 2, per_domain={"rack": 1}, domains_by_host=domains) == []
+    assert upgrade_settings.run_problems(None, 2, per_domain={}, domains_by_host={}) == []
+
+
+def test_run_problems_are_listed_once_under_the_first_host_of_the_run():
+    from ansible_collections.gpuops.cluster.plugins.filter.validation import validation_findings
+
+    host = {"names": [], "variables": {}, "unreadable": {}}
+    run = {"gpuops_upgrade_max_unavailable": 4, "gpuops_upgrade_per_domain": {"rack": 1}}
+    common = {"checks": ["upgrade"], "run": run, "fleet": ["gpu2", "gpu1"], "forks": 2, "domains": {}}
+    first = validation_findings(host, this_host="gpu1", **common)["problems"]
+    assert [p.split(" ")[0] for p in first] == ["forks", "gpuops_upgrade_per_domain"]
+    assert validation_findings(host, this_host="gpu2", **common)["problems"] == []
+    assert validation_findings(host, this_host="gpu1", **dict(common, checks=[]))["problems"] == []
+
+
+@pytest.mark.parametrize(
+    ("name", "replacement"),
+    [
+        ("gpuops_upgrade_waves", "set gpuops_upgrade_max_unavailable"),
+        ("gpuops_upgrade_drain_timeout", "replaced in 0.3.0 by gpuops_upgrade_max_job_wait"),
+    ],
+)
+def test_a_removed_setting_names_what_replaced_it(name, replacement):
+    found = host_validation.findings({name: [1, "25%"]}, names=[name], checks=["upgrade"], groups={"all": ["gpu1"]})
+    assert len(found["problems"]) == 1, found
+    assert found["problems"][0].startswith("%s was removed: " % name)
+    assert replacement in found["problems"][0]
+    assert "did you mean" not in found["problems"][0]
+
+
+def test_every_removed_setting_has_its_replacement_written():
+    removed = {name for name, spec in SPECS.items() if spec.get("format") == "removed"}
+    assert removed == set(variable_values.REMOVED)
