@@ -534,7 +534,9 @@ class Window:
         self._rank = {name: rank for rank, name in enumerate(names)}
         self._heap = list(enumerate(names))  # sorted, so already a heap
         self._parked: dict = {}
-        self._later: list = []  # busy nodes passed over for their job, tried again on the next admit
+        # Busy nodes passed over for their job: a heap by when they may start (job end - max_job_wait),
+        # back in the admission heap once that time came (an unknown end waits for update()).
+        self._later: list = []
         self._dirty = False
 
     def _wake(self, node: Node):
@@ -564,9 +566,10 @@ class Window:
             return []
         if self._dirty:
             self._reorder([self.nodes[name] for name in self._waiting], now)
-        for item in self._later:
-            heapq.heappush(self._heap, item)
-        self._later = []
+        later = self._later
+        while later and later[0][0] <= now:
+            _when, rank, name = heapq.heappop(later)
+            heapq.heappush(self._heap, (rank, name))
         if self._canaries_left:
             if self._in_flight:
                 return []
@@ -588,7 +591,9 @@ class Window:
             if name not in self._waiting:
                 continue
             if not ready(self.nodes[name], now, self._wait):
-                self._later.append((rank, name))
+                job_end = self.nodes[name].job_end
+                ready_at = float("inf") if job_end is None else job_end - self._wait
+                heapq.heappush(self._later, (ready_at, rank, name))
                 continue
             key = self._misfit(self.nodes[name])
             if key is None:
