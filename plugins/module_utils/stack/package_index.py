@@ -243,12 +243,14 @@ def resolve(requested, pins, driver, index, installed, package_manager="apt"):
     :func:`parse_dnf_repoquery` output; ``installed`` maps names to the
     installed version (or None).
 
-    Returns ``{packages, pins, driver_version, kept_installed, newer_available,
-    repositories, problems}``; ``problems`` lists, one line a package, what was
+    Returns ``{packages, pins, driver_version, branch_request, kept_installed,
+    newer_available, repositories, problems}`` (``branch_request``: the branch
+    when the driver was requested as a branch, else None); ``problems`` lists, one line a package, what was
     looked for and what the repository holds. With problems the package and
     pin lists are empty.
     """
     tied = [item for item in requested if item.get("follows_driver")]
+    branch_request = str(driver["branch"]) if driver and driver.get("branch") and not driver.get("exact") else None
     release, kept, newer, problems = (None, False, None, [])
     if tied and driver and driver.get("branch"):
         release, kept, newer, problems = _driver_choice(driver, tied, index, installed)
@@ -278,6 +280,7 @@ def resolve(requested, pins, driver, index, installed, package_manager="apt"):
             "packages": [],
             "pins": [],
             "driver_version": release,
+            "branch_request": branch_request,
             "kept_installed": kept,
             "newer_available": newer,
             "repositories": sorted(sources),
@@ -298,6 +301,7 @@ def resolve(requested, pins, driver, index, installed, package_manager="apt"):
         "packages": packages,
         "pins": exact_pins,
         "driver_version": release,
+        "branch_request": branch_request,
         "kept_installed": kept,
         "newer_available": newer,
         "repositories": sorted(sources),
@@ -314,26 +318,28 @@ def fleet_problems(reads):
 
     ``reads`` maps a host name to its ``gpu_stack.index`` (hosts without one are
     left out). Returns ``host: problem`` lines, then one line for each set of
-    nodes that read the same repositories and would install different driver
-    releases (nodes that keep the release they run are not counted): one run
-    gives every node of one repository the same exact versions.
+    nodes that ask for the same branch from the same repositories and would
+    install different driver releases (nodes that keep the release they run,
+    and exact requests, are not counted): one run gives every node of one
+    repository the same exact versions.
     """
     lines = []
     chosen = {}
     for host in sorted(reads):
         index = reads[host]
         lines.extend("%s: %s" % (host, problem) for problem in index.get("problems") or [])
-        if index.get("problems") or index.get("kept_installed") or not index.get("driver_version"):
+        if index.get("problems") or index.get("kept_installed") or not index.get("branch_request"):
             continue
-        key = tuple(index.get("repositories") or [])
+        key = (index["branch_request"], tuple(index.get("repositories") or []))
         chosen.setdefault(key, {}).setdefault(index["driver_version"], []).append(host)
-    for key, releases in sorted(chosen.items()):
+    for (branch, repositories), releases in sorted(chosen.items()):
         if len(releases) > 1:
             lines.append(
-                "nodes reading %s would get different driver releases (%s): their package lists differ; run "
-                "apt-get update (dnf makecache) on them or point them at one mirror"
+                "nodes asking for R%s from %s would get different driver releases (%s): their package lists "
+                "differ; run apt-get update (dnf makecache) on them or point them at one mirror"
                 % (
-                    ", ".join(key) or "the same repositories",
+                    branch,
+                    ", ".join(repositories) or "the same repositories",
                     "; ".join("%s on %s" % (release, ", ".join(hosts)) for release, hosts in sorted(releases.items())),
                 )
             )

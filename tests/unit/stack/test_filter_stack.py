@@ -114,6 +114,7 @@ def test_stack_index_problems_reads_every_host_and_compares_one_repository():
     def read(driver, problems=(), kept=False, repo="http://mirror/ubuntu2204/x86_64"):
         index = {
             "driver_version": driver,
+            "branch_request": "580",
             "problems": list(problems),
             "kept_installed": kept,
             "repositories": [repo],
@@ -133,7 +134,10 @@ def test_stack_index_problems_reads_every_host_and_compares_one_repository():
     ]
     hostvars["b"] = read("580.105.08")
     assert stack_index_problems(["a", "b"], hostvars, "stack_read") == [
-        "nodes reading http://mirror/ubuntu2204/x86_64 would get different driver releases "
+        "nodes asking for R580 from http://mirror/ubuntu2204/x86_64 would get different driver releases "
         "(580.105.08 on b; 580.126.09 on a): their package lists differ; run apt-get update (dnf makecache) on "
         "them or point them at one mirror"
     ]
+    # exact requests are what they name: no disagreement between nodes that ask for different releases
+    hostvars["b"]["stack_read"]["ansible_facts"]["gpu_stack"]["index"]["branch_request"] = None
+    assert stack_index_problems(["a", "b"], hostvars, "stack_read") == []
