@@ -162,7 +162,7 @@ def rollout(inv: Path, work: Path, name: str, stack: dict, mode: dict) -> dict:
         "gpuops_upgrade_report_path": str(report),
         "gpuops_upgrade_run_id": f"bench-{name}-{datetime.datetime.now(datetime.timezone.utc):%H%M%S}",
         "gpuops_upgrade_drain": "slurm",
-        "gpuops_upgrade_drain_timeout": 600,
+        "gpuops_upgrade_max_job_wait": 600,
         **mode,
     }
     stop = threading.Event()

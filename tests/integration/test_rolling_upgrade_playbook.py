@@ -81,7 +81,12 @@ def test_plan_only_prints_the_window_and_moves_nothing(tmp_path, monkeypatch):
         "rolling_upgrade.yml",
         "tests/integration/inventories/valid/hosts.yml",
         tmp_path / "runner",
-        extravars={"gpuops_upgrade_plan_only": True, "gpuops_upgrade_per_domain": {"rack": 1}},
+        extravars={
+            "gpuops_upgrade_plan_only": True,
+            "gpuops_upgrade_per_domain": {"rack": 1},
+            # a per_domain kind no host declares is refused in validation
+            "gpuops_upgrade_domains": {"rack": "r01"},
+        },
     )
     assert run.rc == 0, run.stdout[-3000:]
     plan = run.results_for(play="Plan the window", task="Print the plan before any node moves")[0].result["msg"]
