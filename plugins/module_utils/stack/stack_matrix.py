@@ -386,7 +386,16 @@ class _Checker:
                 where,
                 entry,
                 ["key", "architecture", "nvswitch", "open_modules", "min_branch", "last_branch", "aliases", "source"],
-                ["min_driver", "nvlink5", "imex", "min_branch_source", "last_branch_source", "aliases_source"],
+                [
+                    "min_driver",
+                    "nvlink5",
+                    "imex",
+                    "forward_compat",
+                    "min_branch_source",
+                    "last_branch_source",
+                    "aliases_source",
+                    "forward_compat_source",
+                ],
             ):
                 continue
             where = "gpus[%s]" % entry.get("key")
@@ -402,7 +411,7 @@ class _Checker:
                     "%r is not under architectures: (known: %s)"
                     % (entry["architecture"], ", ".join(sorted(architectures))),
                 )
-            for flag in ("nvswitch", "nvlink5", "imex"):
+            for flag in ("nvswitch", "nvlink5", "imex", "forward_compat"):
                 if flag in entry and not isinstance(entry[flag], bool):
                     self.error(where + "." + flag, "must be true or false, got %r" % (entry[flag],))
             self.choice(where + ".open_modules", entry.get("open_modules"), OPEN_MODULES)
@@ -699,6 +708,13 @@ class StackMatrix:
         """Releases of branch ``number`` a branch request must skip (version strings, oldest first); [] if none."""
         entry = self.branches.get(number)
         return [bad["version"] for bad in entry.get("known_bad", [])] if entry else []
+
+    def forward_compat_for_gpu(self, gpu):
+        """Whether NVIDIA supports the CUDA forward-compatibility package on this GPU entry (data center GPUs).
+
+        False when the entry does not say so: a GPU the matrix does not mark is never given forward compatibility.
+        """
+        return bool(gpu.get("forward_compat", False)) if gpu else False
 
     # -- GPU architectures
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import difflib
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import image_cuda
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_version import (
     compare_versions,
     cuda_dashed,
@@ -33,8 +34,12 @@ REQUEST_KEYS = (
     "allow_minor_version_compat",
     "allow_eol_branch",
     "allow_unknown_release",
+    "image_cuda",
+    "allow_forward_compat",
 )
-REQUIRED_KEYS = ("driver", "cuda")
+# CUDA and NCCL on the host are optional: sites that ship them in container images install the driver,
+# Fabric Manager and DCGM only, and name the images' CUDA in image_cuda (image_cuda.py).
+REQUIRED_KEYS = ("driver",)
 KERNEL_MODULE_CHOICES = ("auto", "open", "proprietary")
 # NVIDIA made the open kernel modules the default in R560 (open_modules_transition source).
 OPEN_DEFAULT_FROM_BRANCH = 560
@@ -111,7 +116,8 @@ def _check_request(request, res):
         if request.get(key) in (None, ""):
             res.violate(
                 "request.missing_key",
-                'the stack request needs \'%s\' (for example driver: "550" and cuda: "12.4")' % key,
+                'the stack request needs \'%s\' (for example driver: "580", with cuda: "13.0" for the toolkit on '
+                'the host, or image_cuda: ["12.8", "13.0"] for CUDA in container images)' % key,
             )
     return request
 
@@ -490,9 +496,10 @@ def _add_component(matrix, component, label, osys, branch, kernel_modules, value
     return rule
 
 
-def _driver_request(matrix, text, branch, gpu, cuda, cuda_full):
+def _driver_request(matrix, text, branch, gpu, cuda, cuda_full, image_floors=()):
     """What the node's package index must hold for the driver: the branch, the exact release when one was
-    named, the oldest release the GPU and the CUDA update allow (``floor``) and the releases the matrix skips.
+    named, the oldest release the GPU, the host's CUDA update (none without CUDA on the host) and the images'
+    CUDA (``image_floors``, minimums inside the branch) allow (``floor``), and the releases the matrix skips.
 
     The node picks the exact release (package_index.resolve): the newest its repository holds for which every
     companion exists, or the one it already runs.
@@ -501,9 +508,11 @@ def _driver_request(matrix, text, branch, gpu, cuda, cuda_full):
     floors = []
     if gpu.get("min_driver") and driver_branch(gpu["min_driver"]) == branch:
         floors.append(gpu["min_driver"])
-    update = next((u for u in matrix.cuda_releases[cuda]["updates"] if u["version"] == cuda_full), None)
-    if update and driver_branch(update["min_driver"]) == branch:
-        floors.append(update["min_driver"])
+    if cuda is not None:
+        update = next((u for u in matrix.cuda_releases[cuda]["updates"] if u["version"] == cuda_full), None)
+        if update and driver_branch(update["min_driver"]) == branch:
+            floors.append(update["min_driver"])
+    floors.extend(image_floors)
     floor = None
     for value in floors:
         if floor is None or compare_versions(value, floor) > 0:
@@ -593,7 +602,25 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
                     % (minor, ", ".join(matrix.cuda_minors(parse_cuda(minor)[0]) or matrix.cuda_minors())),
                 )
 
-    nccl = _resolve_nccl(matrix, request.get("nccl"), cuda, res) if cuda or request.get("nccl") else None
+    if request.get("cuda") in (None, "") and request.get("nccl") not in (None, ""):
+        res.violate(
+            "nccl.needs_cuda",
+            "nccl is set but cuda is not: NCCL packages are built for one CUDA, so the host needs cuda too; "
+            "leave nccl out when the images carry CUDA and NCCL (name their CUDA in image_cuda)",
+        )
+        nccl = None
+    else:
+        nccl = _resolve_nccl(matrix, request.get("nccl"), cuda, res) if cuda or request.get("nccl") else None
+    allow_forward_compat = _as_bool(request.get("allow_forward_compat", False), "allow_forward_compat", res)
+    images, image_floors = image_cuda.check(
+        matrix,
+        request.get("image_cuda"),
+        branch if branch_entry else None,
+        version if branch_entry else None,
+        gpu_entry,
+        bool(allow_forward_compat),
+        res,
+    )
     dcgm = _resolve_dcgm(matrix, request.get("dcgm"), branch if branch_entry else None, res, gpu=gpu_entry)
     kernel_modules = _resolve_kernel_modules(gpu_entry, request.get("kernel_modules"), branch, res)
 
@@ -610,9 +637,9 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
         "branch": str(branch),
         "driver": version,
         "os_major": osys["version"].split(".")[0],
-        "cuda": cuda,
-        "cuda_dashed": cuda_dashed(cuda),
-        "cuda_full": cuda_full,
+        "cuda": cuda or "",
+        "cuda_dashed": cuda_dashed(cuda) if cuda else "",
+        "cuda_full": cuda_full or "",
         "nccl": nccl or "",
         "dcgm": dcgm["version"] if dcgm else "",
         "dcgm_cuda_major": str(dcgm["cuda_major"]) if dcgm else "",
@@ -636,7 +663,8 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
             )
     if imex:
         _add_component(matrix, "imex", "imex", osys, branch, kernel_modules, values, packages, pins, res)
-    _add_component(matrix, "cuda", "cuda", osys, branch, kernel_modules, values, packages, pins, res)
+    if cuda:
+        _add_component(matrix, "cuda", "cuda", osys, branch, kernel_modules, values, packages, pins, res)
     if nccl:
         _add_component(matrix, "nccl", "nccl", osys, branch, kernel_modules, values, packages, pins, res)
     if dcgm:
@@ -657,13 +685,16 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
     result = {
         "driver_branch": str(branch),
         "driver_version": version,
-        "driver_request": _driver_request(matrix, request["driver"], branch, gpu_entry, cuda, cuda_full),
+        "driver_request": _driver_request(
+            matrix, request["driver"], branch, gpu_entry, cuda, cuda_full, image_floors=image_floors
+        ),
         "driver_kind": branch_entry["kind"],
         "driver_eol": branch_entry["eol"],
         "kernel_modules": kernel_modules,
         "cuda_version": cuda,
         "cuda_toolkit_version": cuda_full,
         "nccl_version": nccl,
+        "image_cuda": images,
         "dcgm": dcgm,
         "fabricmanager": bool(fabricmanager),
         "nvswitch": bool(has_nvswitch),

@@ -574,3 +574,66 @@ def test_resolve_raises_with_every_violation():
     assert len(caught.value.violations) == 2
     assert "cuda.unknown" in str(caught.value)
     assert "kernel_modules.open_unsupported" in str(caught.value)
+
+
+# ------------------------------------------------------------------ CUDA and NCCL on the host are optional
+
+
+@pytest.mark.parametrize(
+    ("os", "os_version"), [("Ubuntu", "22.04"), ("Ubuntu", "24.04"), ("Debian", "12"), ("Rocky", "9.4")]
+)
+def test_driver_only_request_installs_no_toolkit(os, os_version):
+    result = run({"driver": "580", "dcgm": "4"}, os=os, os_version=os_version)
+    assert result["cuda_version"] is None
+    assert result["cuda_toolkit_version"] is None
+    assert result["nccl_version"] is None
+    assert result["image_cuda"] == []
+    components = {p["component"] for p in result["packages"]}
+    assert components == {"driver", "fabricmanager", "dcgm"}
+    assert not [p for p in result["packages"] if p["name"].startswith(("cuda-toolkit", "libnccl"))]
+    assert {p["component"] for p in result["pins"]} <= {"driver", "fabricmanager", "dcgm"}
+    assert not any("None" in p["version"] or "None" in p["name"] for p in result["packages"])
+    # DCGM's CUDA build follows the driver branch, not a host toolkit.
+    assert result["dcgm"]["package"].endswith("-cuda13")
+
+
+def test_driver_only_request_keeps_the_driver_request_contract():
+    result = run({"driver": "580"})
+    assert result["driver_request"] == {
+        "branch": "580",
+        "exact": None,
+        "floor": None,
+        "skip": default_matrix().known_bad(580),
+        "upgrade": False,
+    }
+    # The GPU's own minimum still sets the floor without CUDA on the host.
+    assert run({"driver": "570"}, gpu="b200")["driver_request"]["floor"] == "570.133.20"
+
+
+def test_driver_only_on_volta_takes_dcgm_cuda12():
+    result = run({"driver": "580", "dcgm": "4"}, gpu="v100-sxm2")
+    assert result["dcgm"]["package"] == "datacenter-gpu-manager-4-cuda12"
+    assert "cuda" not in {p["component"] for p in result["packages"]}
+
+
+def test_driver_is_still_required_and_the_message_names_both_ways():
+    messages = {v["rule"]: v["message"] for v in violations({"cuda": "13.0"}, "Debian", "12", "h100-sxm", today=TODAY)}
+    assert "needs 'driver'" in messages["request.missing_key"]
+    assert "image_cuda" in messages["request.missing_key"]
+    assert rules({"driver": "580"}) == []
+
+
+def test_nccl_without_host_cuda_is_refused():
+    messages = {
+        v["rule"]: v["message"]
+        for v in violations({"driver": "580", "nccl": "2.27.7"}, "Debian", "12", "h100-sxm", today=TODAY)
+    }
+    assert list(messages) == ["nccl.needs_cuda"]
+    assert "leave nccl out" in messages["nccl.needs_cuda"]
+
+
+def test_host_cuda_still_resolves_as_before():
+    result = run({"driver": "580", "cuda": "13.0"})
+    assert result["cuda_version"] == "13.0"
+    assert "cuda" in {p["component"] for p in result["packages"]}
+    assert result["nccl_version"] is not None
