@@ -21,7 +21,7 @@ STRATEGY = "gpuops.cluster.upgrade_window"
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("state", "nodes", "settings", "ok", "halt", "deferred"))
+    _VALID_ARGS = frozenset(("state", "nodes", "settings", "refresh", "journal", "ok", "halt", "deferred"))
     _requires_connection = False
 
     def run(self, tmp=None, task_vars=None):

@@ -37,6 +37,24 @@ options:
         C(spread_by), C(granularity), C(halt_on_failure), C(barrier), C(max_job_wait) (see
         C(module_utils/upgrade/window_plan.py)).
     type: dict
+  refresh:
+    description:
+      - With O(state=acquired), how the window reads the fleet again during the run (fresh state); unset, it keeps the
+        view of O(nodes). C(delegate_to) the host C(gpuops.cluster.slurm_fleet) runs on (the Slurm controller),
+        C(names) each inventory host's Slurm node name, C(interval) the most seconds between two reads while nodes wait
+        (default 60; 0 reads only after each release), C(options) more options of C(gpuops.cluster.slurm_fleet)
+        (C(reason_prefix), C(command_timeout), the command paths), C(become) whether the read runs with become.
+      - Read once, from the first host that reaches the task.
+    type: dict
+  journal:
+    description:
+      - With O(state=acquired), the run's journal on the controller; unset, none is written. C(path) the file every
+        admission, release, deferral, halt and read of the fleet is appended to as one JSON line (created C(0644),
+        each line written with fsync), C(run_id), C(target) (what the run upgrades to, as a string), C(resume) how a
+        re-run finds the journal of a run that did not finish (V(auto), the default, the newest journal beside
+        C(path) with the same C(target); a path; or V(none)).
+      - Read once, from the first host that reaches the task.
+    type: dict
   ok:
     description: With O(state=released), whether the node is back in service.
     type: bool

@@ -25,6 +25,14 @@ description:
   - A host that leaves the play while holding a slot (unreachable, or failed outside a C(rescue)) counts as a
     failure and halts admission. When admission halted, or the remaining hosts cannot fit even with nothing in
     flight, the waiting hosts pass their slot task not admitted, with the reason, and end their part of the play.
+  - Fresh state. With the slot task's C(refresh) (the Slurm controller host, the hosts' Slurm names, the interval), the
+    window reads the fleet again (C(gpuops.cluster.slurm_fleet), one node query and one job query, delegated to the
+    Slurm controller) after each release and, while nodes wait, whenever its last read is C(interval) seconds old; one
+    read at a time, run as a task of a waiting host (which holds no other fork) and only when a fork is free. A waiting
+    node that gained a job waits for it, one whose job ended early goes sooner, one drained, downed or reserved by
+    someone else leaves the plan (drained or down, it counts as out of service). The nodes still waiting for their jobs
+    are deferred only on a read newer than the last release. A failed read is retried at the next occasion; the window
+    keeps its last view meanwhile. Every read (when, how long, what changed) is in the slot records' C(refreshes).
   - Plays without an C(upgrade_slot) task run exactly as under C(free).
 author:
   - gpuops.cluster maintainers (@gpuops)
@@ -32,13 +40,17 @@ author:
 
 import time
 
+from ansible.playbook.task import Task
 from ansible.plugins.strategy.free import StrategyModule as FreeStrategyModule
 from ansible.template import Templar
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import fleet_refresh, window_plan
 
 SLOT_ACTIONS = frozenset({"gpuops.cluster.upgrade_slot", "upgrade_slot"})
 # The host variable the strategy hands each host's slot record to the upgrade_slot action in.
 SLOT_FACT = "gpuops_upgrade_slot"
+# Seconds a read of the fleet waits for a worker when nothing is in flight (the last workers are ending).
+FORK_WAIT = 5
+REFRESH_TASK = "Read the fleet again for the window (gpuops.cluster.slurm_fleet)"
 
 
 def result_data(result) -> dict:
@@ -68,6 +80,16 @@ class StrategyModule(FreeStrategyModule):
         self._records: dict = {}  # host name -> its slot record
         self._admitted_at: dict = {}  # host name -> when the window admitted it
         self._broken = None  # why the window could not be built from the slot task's arguments
+        self._refresh = None  # the slot task's refresh settings, when the window reads the fleet again
+        self._schedule = None  # fleet_refresh.RefreshSchedule
+        self._refresh_task = None  # the read in flight (a Task), None when none runs
+        self._refresh_host = None  # the waiting host the read runs as
+        self._slot_task = None  # the slot task the window was built from: the read's place in the play
+        self._play_context = None
+
+    def run(self, iterator, play_context):
+        self._play_context = play_context
+        return super().run(iterator, play_context)
 
     # Host loop hook: the free strategy asks for the hosts left on every pass.
 
@@ -90,7 +112,14 @@ class StrategyModule(FreeStrategyModule):
             if name not in {host.name for host in hosts}:
                 self._left(self._inventory.get_host(name), "unreachable while out of service")
         if waiting:
-            visible.extend(self._admit(iterator, waiting))
+            passing = self._admit(iterator, waiting)
+            visible.extend(passing)
+            still = [host for host, _task in waiting if host not in passing]
+            if still:
+                self._start_refresh(iterator, still)
+        reader = self._refresh_host
+        if reader is not None and all(host.name != reader.name for host in visible):
+            visible.append(reader)  # blocked by the read: the loop waits for it and gives it no task
         return visible
 
     # The window.
@@ -114,12 +143,21 @@ class StrategyModule(FreeStrategyModule):
             args = self._template_args(iterator, host, task)
             try:
                 self._window = window_plan.Window(args.get("nodes") or [], args.get("settings") or {}, now)
+                self._set_refresh(args.get("refresh"), now)
+                self._slot_task = task
             except ValueError as error:
                 self._broken = str(error)
                 self._window = window_plan.Window([], {}, now)
         window = self._window
-        self._take_admitted(window.admit(now), now)
-        if not self._holding and not window.in_flight and window.defer_waiting(now):
+        if self._schedule is None or not self._schedule.holds(now):
+            self._take_admitted(window.admit(now), now)
+        fresh = self._schedule is None or self._schedule.fresh
+        if not fresh and not self._holding and not window.in_flight and not window.halted:
+            # Nothing in flight: read the fleet before deferring or blocking on the old view.
+            if self._refresh_task is not None or self._start_refresh(iterator, [host for host, _task in waiting]):
+                return []
+            fresh = True  # the read could not start: decide on the last view
+        if not self._holding and not window.in_flight and fresh and window.defer_waiting(now):
             # Nothing in flight and nothing started: the nodes waiting for their jobs are deferred, in
             # service; a chosen canary among them is replaced, and the next one may start now.
             self._take_admitted(window.admit(now), now)
@@ -136,12 +174,14 @@ class StrategyModule(FreeStrategyModule):
                 self._hand(host, self._record(name, False, "not in the window's plan"))
             elif name in window.deferred:
                 self._hand(host, self._record(name, False, "deferred: %s" % window.deferred[name]))
+            elif name in window.gone:
+                self._hand(host, self._record(name, False, "left alone: %s" % window.gone[name]))
             elif window.halted:
                 self._hand(host, self._record(name, False, "the run halted before this node started"))
             else:
                 continue
             passing.append(host)
-        if not passing and not self._holding and not window.in_flight:
+        if not passing and not self._holding and not window.in_flight and fresh:
             # Nothing in flight and nothing admitted: whatever still waits can never start.
             blocked = window.blocked
             for host, _task in waiting:
@@ -172,6 +212,8 @@ class StrategyModule(FreeStrategyModule):
             # Slurm's end of the node's running job when the window was built (None: idle or unknown)
             "job_end": node.job_end if node is not None else None,
             "max_job_wait": self._window.settings.max_job_wait,
+            # every read of the fleet during the run so far: when, how long, why, what changed
+            "refreshes": list(self._schedule.reads) if self._schedule is not None else [],
         }
         self._records[name] = record
         return record
@@ -181,6 +223,9 @@ class StrategyModule(FreeStrategyModule):
     def _process_pending_results(self, iterator, one_pass=False, max_passes=None):
         results = super()._process_pending_results(iterator, one_pass=one_pass, max_passes=max_passes)
         for result in results:
+            if self._refresh_task is not None and result.task._uuid == self._refresh_task._uuid:
+                self._refreshed(result_data(result))
+                continue
             if slot_state(result.task) != "released" or result.host.name not in self._holding:
                 continue
             data = result_data(result)
@@ -193,6 +238,8 @@ class StrategyModule(FreeStrategyModule):
         name = host.name
         deferred = deferred and ok  # a deferred node is back in service; one left out is a failure
         self._finish(name, ok, None if halt is None else bool(halt), deferred)
+        if self._schedule is not None:
+            self._schedule.released(time.time())
         record = dict(self._records.get(name, {}))
         record.update(
             {
@@ -217,3 +264,94 @@ class StrategyModule(FreeStrategyModule):
         self._holding.discard(name)
         if name in self._window.in_flight:
             self._window.finish(name, ok, halt, deferred=deferred)
+
+    # Fresh state: the fleet read again, as a task of a waiting host delegated to the Slurm controller.
+
+    def _set_refresh(self, refresh, now):
+        """Check the slot task's ``refresh`` (None: the window keeps the plan's view)."""
+        if refresh in (None, {}):
+            return
+        if (
+            not isinstance(refresh, dict)
+            or not refresh.get("delegate_to")
+            or not isinstance(refresh.get("names"), dict)
+        ):
+            raise ValueError(
+                "refresh must be {delegate_to: the Slurm controller host, names: {inventory host: Slurm node name}, "
+                "interval: seconds, options: slurm_fleet options}, got %r" % (refresh,)
+            )
+        options = refresh.get("options") or {}
+        if not isinstance(options, dict):
+            raise ValueError("refresh.options must be a dict of gpuops.cluster.slurm_fleet options, got %r" % options)
+        self._schedule = fleet_refresh.RefreshSchedule(refresh.get("interval", 60), now)
+        self._refresh = dict(refresh, options=options)
+
+    def _start_refresh(self, iterator, waiting_hosts) -> bool:
+        """Start a read of the fleet when one is due, as a task of the first waiting host; True when started."""
+        schedule = self._schedule
+        if schedule is None or self._refresh_task is not None or self._window.halted or self._broken:
+            return False
+        now = time.time()
+        why = schedule.due(now)
+        if why is None or not self._a_fork_is_free(wait=not self._holding):
+            return False
+        host = waiting_hosts[0]
+        refresh = self._refresh
+        args = dict(refresh["options"], nodes=sorted(set(refresh["names"].values())))
+        task = Task.load(
+            {
+                "name": REFRESH_TASK,
+                "action": "gpuops.cluster.slurm_fleet",
+                "args": args,
+                "delegate_to": refresh["delegate_to"],
+                "become": bool(refresh.get("become", False)),
+                "ignore_errors": True,
+                "ignore_unreachable": True,
+                "check_mode": False,
+            },
+            block=self._slot_task._parent,
+            role=self._slot_task._role,
+            variable_manager=self._variable_manager,
+            loader=self._loader,
+        )
+        task_vars = self._variable_manager.get_vars(
+            play=iterator._play, host=host, task=task, _hosts=self._hosts_cache, _hosts_all=self._hosts_cache_all
+        )
+        self.add_tqm_variables(task_vars, play=iterator._play)
+        schedule.started(now, why)
+        self._refresh_task = task
+        self._refresh_host = host
+        self._blocked_hosts[host.name] = True
+        self._tqm.send_callback("v2_playbook_on_task_start", task, is_conditional=False)
+        self._queue_task(host, task, task_vars, self._play_context)
+        return True
+
+    def _a_fork_is_free(self, wait=False) -> bool:
+        """Whether a worker is free (queueing a task with none free would stall the whole loop).
+
+        With ``wait`` (nothing in flight: the busy workers are ending), for a few seconds at most.
+        """
+        deadline = time.time() + (FORK_WAIT if wait else 0)
+        while True:
+            if any(worker is None or not worker.is_alive() for worker in self._workers):
+                return True
+            if time.time() >= deadline:
+                return False
+            time.sleep(0.01)
+
+    def _refreshed(self, data: dict):
+        """A read came back: the window takes what changed; the read is recorded either way."""
+        self._refresh_task = None
+        self._refresh_host = None
+        now = time.time()
+        nodes = data.get("nodes")
+        if data.get("failed") or data.get("unreachable") or not isinstance(nodes, list):
+            self._schedule.finished(now, False, error=data.get("msg") or "the read returned no nodes")
+            return
+        try:
+            observed, reasons = fleet_refresh.observations(nodes, self._refresh["names"])
+            changes = self._window.observe(observed, now, reasons)
+        except ValueError as error:
+            self._schedule.finished(now, False, error=str(error))
+            return
+        self._schedule.finished(now, True, {key: value for key, value in changes.items() if value})

@@ -10,6 +10,7 @@ on durations; the makespans go to tests/benchmarks/bench_upgrade_window.py.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -25,7 +26,7 @@ ACQUIRE = "Wait for a slot in the window"
 REPORT = "Show the slot record"
 
 
-def run_window(tmp_path, name, hosts: dict, nodes: list, settings: dict):
+def run_window(tmp_path, name, hosts: dict, nodes: list, settings: dict, refresh=None, journal=None):
     inventory = tmp_path / f"{name}.yml"
     inventory.write_text(
         yaml.safe_dump(
@@ -40,9 +41,12 @@ def run_window(tmp_path, name, hosts: dict, nodes: list, settings: dict):
             }
         )
     )
-    run = run_playbook(
-        PLAYBOOK, inventory, tmp_path / name, extravars={"window_nodes": nodes, "window_settings": settings}
-    )
+    extravars = {"window_nodes": nodes, "window_settings": settings}
+    if refresh is not None:
+        extravars["window_refresh"] = refresh
+    if journal is not None:
+        extravars["window_journal"] = journal
+    run = run_playbook(PLAYBOOK, inventory, tmp_path / name, extravars=extravars)
     assert run.rc == 0, run.stdout[-3000:]
     acquired = {r.host: r.result for r in run.results_for(task=ACQUIRE)}
     records = {r.host: r.result["gpuops_upgrade_slot"] for r in run.results_for(task=REPORT)}
@@ -187,3 +191,77 @@ def test_busy_nodes_wait_in_service_for_their_job_and_the_rest_goes_on(tmp_path)
     assert released["n6"]["admitted_at"] >= released["n5"]["released_at"]
     timeline = [(host, start, end) for host, (start, end) in spans(released).items()]
     assert window_plan.check(timeline, nodes, settings) == []
+
+
+# Fresh state: the window reads the fleet again during the run, from stand-in Slurm commands.
+
+SCONTROL_META = {"slurm": {"release": "24.11.5"}, "plugin": {"data_parser": "data_parser/v0.0.42"}}
+
+
+def stand_in_slurm(tmp_path, nodes: dict, jobs: list) -> dict:
+    """scontrol and squeue that print the given fleet as Slurm 24.11 does; the slurm_fleet options reading them."""
+    slurm = tmp_path / "slurm"
+    slurm.mkdir()
+    records = [
+        {"name": name, "state": state, "reason": reason, "partitions": ["gpu"], "gres": "gpu:8"}
+        for name, (state, reason) in nodes.items()
+    ]
+    (slurm / "nodes.json").write_text(json.dumps({"meta": SCONTROL_META, "nodes": records}))
+    (slurm / "jobs.json").write_text(json.dumps({"meta": SCONTROL_META, "jobs": jobs}))
+    paths = {}
+    for command, data in (("scontrol", "nodes.json"), ("squeue", "jobs.json")):
+        script = slurm / command
+        script.write_text("#!/bin/sh\ncat '%s'\n" % (slurm / data))
+        script.chmod(0o755)
+        paths[command + "_path"] = str(script)
+    return paths
+
+
+def test_the_window_reads_the_fleet_again_and_takes_what_changed(tmp_path):
+    """The plan's view: n2 busy for a day, n3 and n4 idle. Slurm, read during the run: n2's job ended early, n3
+    got a job of a day, someone drained n4. n2 is upgraded, n3 deferred for its new job, n4 left alone."""
+    t0 = time.time()
+    names = ["n1", "n2", "n3", "n4"]
+    nodes = [{"name": name, "canary": name == "n1"} for name in names]
+    nodes[1].update(state="busy", job_end=t0 + 86400)
+    day = {"set": True, "infinite": False, "number": int(t0 + 86400)}
+    jobs = [
+        {
+            "job_id": 7,
+            "job_state": ["RUNNING"],
+            "nodes": "n3",
+            "end_time": day,
+            "time_limit": {"set": True, "infinite": False, "number": 1440},
+        }
+    ]
+    options = stand_in_slurm(
+        tmp_path,
+        {
+            "n1": (["IDLE"], ""),
+            "n2": (["IDLE"], ""),
+            "n3": (["ALLOCATED"], ""),
+            "n4": (["IDLE", "DRAIN"], "hardware ticket 42"),
+        },
+        jobs,
+    )
+    refresh = {"delegate_to": "localhost", "names": {name: name for name in names}, "interval": 1, "options": options}
+    settings = {"max_unavailable": 2, "max_job_wait": 60}
+    acquired, released = run_window(tmp_path, "refresh", {name: {} for name in names}, nodes, settings, refresh=refresh)
+    assert sorted(released) == ["n1", "n2"]
+    assert all(slot["ok"] for slot in released.values())
+    assert acquired["n3"]["admitted"] is False
+    assert acquired["n3"]["slot"]["reason"].startswith("deferred: its job ends at ")
+    assert acquired["n4"]["admitted"] is False
+    assert acquired["n4"]["slot"]["reason"] == (
+        "left alone: drained by someone else (hardware ticket 42): not touched; seen during the run"
+    )
+    reads = released["n2"]["refreshes"]
+    assert reads
+    assert all(read["ok"] for read in reads), reads
+    changes = reads[0]["changes"]
+    assert changes["jobs_ended"] == ["n2"]
+    assert changes["new_jobs"] == ["n3"]
+    assert changes["left"] == {"n4": "drained_by_others"}
+    # n2 was admitted on the fresh view, after the read that followed the canary's release
+    assert released["n2"]["admitted_at"] >= released["n1"]["released_at"]
+    assert released["n2"]["admitted_at"] >= reads[0]["at"]

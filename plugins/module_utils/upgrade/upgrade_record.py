@@ -290,6 +290,13 @@ def report(
         window_report["makespan"] = round(max(end for _h, _s, end in timeline) - min(s for _h, s, _e in timeline), 3)
     if window and timeline:
         window_report["violations"] = window_plan.check(timeline, window.get("nodes") or [], window.get("settings"))
+    refreshes = refresh_summary(
+        max(
+            (list(slot.get("refreshes") or []) for slot in slots.values() if isinstance(slot, dict)),
+            key=len,
+            default=[],
+        )
+    )
     return {
         "run_id": run_id,
         "started_at": started_at,
@@ -304,8 +311,21 @@ def report(
         "settings": settings or {},
         "plan": {key: value for key, value in plan.items() if key not in ("nodes", "lines")},
         "window": window_report,
+        # the reads of the fleet during the run (fresh state), from the slot records
+        "refreshes": refreshes,
         "counts": counts,
         "nodes": nodes,
+    }
+
+
+def refresh_summary(reads) -> dict:
+    """The reads of the fleet during the run, for the report: ``{count, failed, at, reads}``."""
+    reads = [read for read in reads or [] if isinstance(read, dict)]
+    return {
+        "count": len(reads),
+        "failed": sum(1 for read in reads if not read.get("ok")),
+        "at": [read.get("at") for read in reads],
+        "reads": reads,
     }
 
 
@@ -328,6 +348,12 @@ def summary_lines(audit: dict) -> list[str]:
                 " in %ss" % total if total is not None else "",
                 ": %s" % node["reason"] if node.get("reason") else "",
             )
+        )
+    refreshes = audit.get("refreshes") or {}
+    if refreshes.get("count"):
+        lines.append(
+            "fleet read again %d time(s) during the run%s"
+            % (refreshes["count"], ", %d failed" % refreshes["failed"] if refreshes.get("failed") else "")
         )
     if audit.get("not_upgraded") and not audit["halted_by"]:
         lines.append(

@@ -40,6 +40,7 @@ RUN_SETTINGS = (
     "run_id",
     "report_path",
     "max_job_wait",
+    "refresh_interval",
 )
 # Window settings and the gpuops_upgrade_* variable that sets each.
 WINDOW_SETTINGS = {"per_domain": "per_domain", "partition_floor": "partition_floor"}

@@ -5,14 +5,18 @@
 Waves make every node of a wave wait for the slowest one. The window admits a
 node as soon as another one is back, within these rules:
 
-* A node is ``{name, domains, partitions, gpus, state, job_end, canary, done}``.
+* A node is ``{name, domains, partitions, gpus, state, job_end, canary, done, resume}``.
   ``domains`` maps a kind of failure domain to the node's member
   (``{"rack": "r01", "nvlink": "nvl72-5"}``), ``state`` is ``idle``, ``busy``
   (``job_end``: when its running job ends, epoch seconds, Slurm's EndTime, or
   None when not known), ``drained_by_others``, ``down`` or ``reserved`` (in a
   Slurm reservation that is not ours: in service for its users, left alone,
   never admitted, not counted out of service). ``done`` nodes (already on the
-  target) are skipped.
+  target) are skipped. ``resume`` nodes were left out of service by an
+  earlier run of ours that did not finish them (a controller crash: drained
+  by us, or admitted in its journal with no release): they count as out of
+  service from the start and are admitted first, whatever the rules (they are
+  out already; holding them back would keep them drained and idle).
 * Out of service means: admitted by the window and not finished yet (draining,
   waiting for its job, upgrading), failed (left drained), drained by others, or
   down. Every rule counts every node out of service, whoever took it out;
@@ -41,6 +45,12 @@ node as soon as another one is back, within these rules:
   busy nodes with an unknown end last; nodes of equal priority are interleaved
   round-robin over the ``spread_by`` domain (racks), ties by name. A busy node
   whose job end is already past counts as idle.
+* Fresh state (:meth:`Window.observe`): the scheduler's view read again during
+  the run. A waiting node that gained a job waits for it (``max_job_wait``),
+  one whose job ended early is admitted sooner, one drained or downed by
+  someone else or put in a reservation leaves the plan (:attr:`Window.gone`)
+  and, drained or down, counts as out of service; a node of the fleet that is
+  back in service stops counting.
 * The canaries (``canary`` nodes) go first and alone, one at a time: nothing
   else is admitted until every canary finished ok. When no node is a canary,
   the first node of the order that is not blocked is the canary.
@@ -102,9 +112,20 @@ _EPSILON = 1e-9
 class Node:
     """One node of the fleet, validated."""
 
-    __slots__ = ("canary", "domains", "done", "gpus", "job_end", "name", "partitions", "state")
+    __slots__ = ("canary", "domains", "done", "gpus", "job_end", "name", "partitions", "resume", "state")
 
-    def __init__(self, name, domains=None, partitions=(), gpus=8, state="idle", job_end=None, canary=False, done=False):
+    def __init__(
+        self,
+        name,
+        domains=None,
+        partitions=(),
+        gpus=8,
+        state="idle",
+        job_end=None,
+        canary=False,
+        done=False,
+        resume=False,
+    ):
         if not isinstance(name, str) or not name:
             raise ValueError("node name %r is not a host name" % (name,))
         if domains is None:
@@ -134,6 +155,8 @@ class Node:
         self.job_end = job_end if state == "busy" else None
         self.canary = bool(canary)
         self.done = bool(done)
+        # Out of service already, left by an earlier run of ours: counted from the start, admitted first.
+        self.resume = bool(resume) and not self.done and state in ADMISSIBLE_STATES
 
     def __repr__(self):
         return "Node(%r, state=%r)" % (self.name, self.state)
@@ -293,7 +316,7 @@ def _priority(node: Node, now, granularity) -> tuple:
 def order(nodes, now, spread_by: str = "rack", granularity=600) -> list[str]:
     """The admission order of the nodes that can be admitted (names).
 
-    Canaries first, then idle nodes, then busy nodes by soonest job end (within
+    Nodes to resume first, then canaries, then idle nodes, then busy nodes by soonest job end (within
     ``granularity`` seconds counts as equal), unknown ends last; within equal
     priority, round-robin over the ``spread_by`` domain, ties by name. Done,
     drained-by-others and down nodes are left out.
@@ -302,7 +325,7 @@ def order(nodes, now, spread_by: str = "rack", granularity=600) -> list[str]:
     keyed = []
     for node in candidates:
         priority = _priority(node, now, granularity)
-        keyed.append(((not node.canary, priority[0], priority[1]), priority[2], node))
+        keyed.append(((not node.resume, not node.canary, priority[0], priority[1]), priority[2], node))
     keyed.sort(key=lambda item: (item[0], item[1], item[2].name))
     # Rank of each node inside its (priority class, domain member): the round-robin turn.
     turns: dict = {}
@@ -322,7 +345,9 @@ class Window:
     ``admit(now)`` returns the nodes that may leave service now, ``finish(name, ok)``
     reports one back. ``in_flight``, ``remaining`` (not admitted yet, in order),
     ``done``, ``failed``, ``deferred`` (name -> why: still running a job, in
-    service, not upgraded), ``reserved`` (left alone), ``halted`` and ``blocked``
+    service, not upgraded), ``reserved`` (left alone), ``resumed`` (left out of
+    service by an earlier run, admitted first), ``gone`` (name -> why: left the
+    plan during the run, seen by :meth:`observe`), ``halted`` and ``blocked``
     tell where it stands.
     """
 
@@ -346,6 +371,10 @@ class Window:
             self._take(self.nodes[name])
         self.reserved = sorted(name for name, node in self.nodes.items() if node.state == "reserved")
         self.deferred: dict = {}
+        self.gone: dict = {}
+        self.resumed = sorted(name for name, node in self.nodes.items() if node.resume)
+        for name in self.resumed:
+            self._take(self.nodes[name])
         self.skipped = sorted(
             name for name, node in self.nodes.items() if node.done and node.state in ADMISSIBLE_STATES
         )
@@ -355,8 +384,8 @@ class Window:
         self.halted = False
         self._waiting = set()
         self._reorder(list(self.nodes.values()), now)
-        queue = self.remaining
-        canaries = [name for name in queue if self.nodes[name].canary]
+        queue = [name for name in self.remaining if not self.nodes[name].resume]
+        canaries = [name for name in self.remaining if self.nodes[name].canary]
         self._named_canaries = bool(canaries)
         if not canaries and queue:
             canaries = [self._pick_canary(queue, now)]
@@ -376,7 +405,7 @@ class Window:
             return
         self._canaries_left.discard(name)
         self.canaries = [canary for canary in self.canaries if canary != name]
-        queue = self.remaining
+        queue = [name for name in self.remaining if not self.nodes[name].resume]
         if queue and not any(canary in self._waiting for canary in self.canaries):
             canary = self._pick_canary(queue, now)
             self.canaries.append(canary)
@@ -488,6 +517,12 @@ class Window:
                     name: "waits for the canary %s, which is deferred (%s)" % (deferred, self.deferred[deferred])
                     for name in remaining
                 }
+            gone = next((name for name in self.canaries if name in self.gone), None)
+            if gone is not None:
+                return {
+                    name: "waits for the canary %s, which left the plan (%s)" % (gone, self.gone[gone])
+                    for name in remaining
+                }
             for canary in (name for name in self.canaries if name in self._waiting):
                 key = self._misfit(self.nodes[canary], counts)
                 if key is not None:
@@ -498,6 +533,8 @@ class Window:
                     return reasons
                 passed.add(canary)
         for name in remaining:
+            if self.nodes[name].resume:
+                continue  # out of service already: admitted whatever the rules
             key = self._misfit(self.nodes[name], counts)
             if key is not None:
                 reasons[name] = self._explain(self.nodes[name], key, counts)
@@ -527,6 +564,81 @@ class Window:
             node.job_end = job_end
             self._dirty = True
 
+    def observe(self, nodes, now, reasons=None) -> dict:
+        """The scheduler's view read again during the run; returns what changed, by kind.
+
+        ``nodes`` are ``{name, state, job_end}`` (names of this window; others are ignored),
+        ``reasons`` why a node is out of service or reserved, by name. Nodes in flight and
+        failed nodes are ours and not judged here, nor a node to resume (drained by us) until it is admitted. A
+        waiting node that is idle or busy is updated (:meth:`update`): a new job makes it wait
+        for the job within ``max_job_wait``, a job ended early lets it in sooner. A waiting
+        node drained or downed by someone else leaves the plan and counts as out of service;
+        one now in a reservation leaves the plan, in service. Any other node of the fleet
+        (done, skipped, deferred) drained or downed by someone else counts as out of service;
+        a node counted so that is back in service stops counting. A canary that left the
+        plan is replaced when the window chose it, and holds the rest when it was named.
+
+        Returns ``{new_jobs, jobs_ended, job_end_moved, left, back}``: lists of names, and
+        ``left`` name -> the state it left for.
+        """
+        reasons = reasons or {}
+        changes = {"new_jobs": [], "jobs_ended": [], "job_end_moved": [], "left": {}, "back": []}
+        for value in nodes:
+            name = value.get("name") if isinstance(value, dict) else None
+            node = self.nodes.get(name)
+            if (
+                node is None
+                or name in self._in_flight
+                or name in self.failed
+                or (node.resume and name in self._waiting)
+            ):
+                continue
+            state = value.get("state")
+            if state not in STATES:
+                raise ValueError(
+                    "observe: the state of %s must be one of %s, got %r" % (name, ", ".join(STATES), state)
+                )
+            job_end = value.get("job_end") if state == "busy" else None
+            if name in self._waiting:
+                if state in ADMISSIBLE_STATES:
+                    if node.state == "idle" and state == "busy":
+                        changes["new_jobs"].append(name)
+                    elif node.state == "busy" and state == "idle":
+                        changes["jobs_ended"].append(name)
+                    elif node.job_end != job_end:
+                        changes["job_end_moved"].append(name)
+                    self.update(name, state, job_end)
+                    continue
+                self._waiting.discard(name)
+                self._dirty = True
+                self._leave(node, state, reasons.get(name))
+                changes["left"][name] = state
+                self._canary_deferred(name, now)
+            elif name in self.unavailable and state not in OUT_OF_SERVICE_STATES:
+                self.unavailable.remove(name)
+                node.state, node.job_end = state, job_end
+                self._give_back(node)
+                self._wake(node)
+                changes["back"].append(name)
+            elif state in OUT_OF_SERVICE_STATES and name not in self._out:
+                self._leave(node, state, reasons.get(name))
+                changes["left"][name] = state
+        return changes
+
+    def _leave(self, node: Node, state: str, why=None):
+        """A node not in flight left service (drained or down by someone else) or went into a reservation."""
+        node.state, node.job_end = state, None
+        if state in OUT_OF_SERVICE_STATES:
+            self.unavailable.append(node.name)
+            self._take(node)
+            default = "drained by someone else" if state == "drained_by_others" else "down"
+        else:
+            if node.name not in self.reserved:
+                self.reserved.append(node.name)
+            default = "in a Slurm reservation that is not ours"
+        if node.name not in self.done and node.name not in self.skipped and node.name not in self.deferred:
+            self.gone[node.name] = (why or default) + "; seen during the run"
+
     def _reorder(self, nodes, now):
         """Order the waiting nodes again: a heap by rank, nothing parked."""
         names = order(nodes, now, self.settings.spread_by, self.settings.granularity)
@@ -551,7 +663,8 @@ class Window:
 
     def _start(self, name: str, now):
         self._waiting.discard(name)
-        self._take(self.nodes[name])
+        if name not in self._out:  # a node to resume is counted out of service from the start
+            self._take(self.nodes[name])
         self._in_flight[name] = now
 
     def admit(self, now) -> list[str]:
@@ -566,6 +679,11 @@ class Window:
             return []
         if self._dirty:
             self._reorder([self.nodes[name] for name in self._waiting], now)
+        resuming = sorted((name for name in self.resumed if name in self._waiting), key=self._rank.__getitem__)
+        for name in resuming:  # out of service already: first, whatever the rules and the canary phase
+            self._start(name, now)
+        if resuming:
+            return resuming
         later = self._later
         while later and later[0][0] <= now:
             _when, rank, name = heapq.heappop(later)

@@ -34,6 +34,7 @@ DEFAULTS = {
     "canary_group": "canary",
     "run_id": None,
     "report_path": None,
+    "refresh_interval": 60,
 }
 RUN = {name: DEFAULTS[name] for name in upgrade_settings.RUN_SETTINGS}
 
