@@ -1,0 +1,448 @@
+# Copyright: gpuops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""``gpuops-gpu-health``: the GPU health check on the node itself, as NHC and Slurm run it. No ansible-core needed.
+
+The role gpuops.cluster.gpu_healthcheck lays this package out under ``/usr/local/lib/gpuops-health`` (the same
+``ansible_collections.gpuops.cluster.plugins.module_utils`` import paths as the module) and installs a launcher
+in ``/usr/local/sbin`` that calls :func:`main`. The same readers (:class:`node_reader.NodeReader`) and the same
+evaluator (:func:`gpu_health.evaluate`) judge the node as ``gpuops.cluster.gpu_health`` does, plus:
+
+- error rates and fatal Xid repeats against the node's own earlier samples (:mod:`error_rates`), kept with the
+  kernel-log cursor ("since the last run") in ``/var/lib/gpuops-health/state.json`` (:mod:`health_state`);
+- the node's last good NCCL bus bandwidth and DCGM results (:mod:`node_baseline`);
+- the exit code and one line of :mod:`node_verdict`, ``--json`` for everything, the Prometheus textfile;
+- ``--drain``: ``scontrol update nodename=<node> state=drain reason="gpuops-health: <the line>"``, unless a
+  person (or another tool) drained the node already with a reason of their own, which is kept.
+
+Every tool runs under coreutils ``timeout`` (``command_timeout``, default 30 s; the node reader) and, as a second
+bound, under ``subprocess``'s own timeout a few seconds later. The configuration is a JSON file
+(``/etc/gpuops/gpu-health.json``, keys :data:`CONFIG_DEFAULTS`); the command line overrides it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value, under
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
+    error_rates,
+    gpu_health,
+    health_state,
+    kernel_log,
+    node_baseline,
+    node_verdict,
+)
+from ansible_collections.gpuops.cluster.plugins.module_utils.health.node_reader import KILL_AFTER, NodeReader
+
+PROG = "gpuops-gpu-health"
+CONFIG_PATH = "/etc/gpuops/gpu-health.json"
+LEVELS = ("quick", "standard", "extended")
+# key: (default, type or tuple of choices)
+CONFIG_DEFAULTS = {
+    "level": ("quick", LEVELS),
+    "command_timeout": (30, int),
+    "diag_timeout": (None, int),
+    "nvidia_smi_path": (None, str),
+    "all_reduce_perf_path": (None, str),
+    "kernel_log": (None, str),
+    "kernel_log_source": ("auto", ("auto", "journalctl", "dmesg", "none")),
+    "kernel_log_window": ("since_last_run", ("since_last_run", "boot")),
+    "infiniband_root": (None, str),
+    "expected_gpu_count": (None, int),
+    "expected_gpu_model": (None, str),
+    "expected_driver_version": (None, str),
+    "expected_ib_ports": ([], list),
+    "expected_ib_port_count": (None, int),
+    "expected_ib_rate": (None, int),
+    "expected_nvlinks": (None, int),
+    "expected_pcie_width": (None, int),
+    "expected_pcie_gen": (None, int),
+    "pcie_baseline": ({}, dict),
+    "thresholds": ({}, dict),
+    "rate_thresholds": ({}, dict),
+    "baseline_max_regression": (node_baseline.MAX_REGRESSION, float),
+    "fleet_nccl_busbw_gbps": (None, float),
+    "skip_checks": ([], list),
+    "state_dir": ("/var/lib/gpuops-health", str),
+    "lock_wait": (10, int),
+    "prometheus_textfile": (None, str),
+    "slurm_drain": (False, bool),
+    "slurm_scontrol_path": (None, str),
+    "slurm_node_name": (None, str),
+    "slurm_timeout": (10, int),
+    "slurm_reason_prefix": ("gpuops-health", str),
+    "root": ("/", str),
+}
+EXTRA_CHECKS = error_rates.RATE_CHECKS + node_baseline.BASELINE_CHECKS
+SEARCH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+_STATE = re.compile(r"\bState=(\S+)")
+_REASON = re.compile(r"\bReason=(.*?)(?: \[[^\]@]*@[^\]]*\])?(?= [A-Z][A-Za-z]*=|$)")
+
+
+class ConfigError(Exception):
+    """The configuration, the command line or a file it names is wrong (exit 2)."""
+
+
+def load_config(path, overrides=None):
+    """Defaults, then the JSON file at ``path`` (absent: defaults), then ``overrides``; checked key by key."""
+    config = {key: value for key, (value, _kind) in CONFIG_DEFAULTS.items()}
+    data = {}
+    if path and os.path.exists(path):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except (OSError, ValueError) as error:
+            raise ConfigError("%s: %s" % (path, error)) from error
+        if not isinstance(data, dict):
+            raise ConfigError("%s: a JSON object is expected" % path)
+    elif path and path != CONFIG_PATH:
+        raise ConfigError("%s: no such file" % path)
+    for source, values in ((path, data), ("command line", overrides or {})):
+        for key, value in values.items():
+            if key not in CONFIG_DEFAULTS:
+                raise ConfigError("%s: unknown key %r (known: %s)" % (source, key, ", ".join(sorted(CONFIG_DEFAULTS))))
+            config[key] = _checked(source, key, value)
+    unknown = set(config["thresholds"]) - set(gpu_health.DEFAULT_THRESHOLDS)
+    if unknown:
+        known = ", ".join(sorted(gpu_health.DEFAULT_THRESHOLDS))
+        raise ConfigError("thresholds: unknown %s (known: %s)" % (", ".join(sorted(unknown)), known))
+    try:
+        error_rates.thresholds(config["rate_thresholds"])
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
+    known = set(gpu_health.CHECKS) | set(EXTRA_CHECKS)
+    unknown = set(config["skip_checks"]) - known
+    if unknown:
+        raise ConfigError(
+            "skip_checks: unknown %s (known: %s)" % (", ".join(sorted(unknown)), ", ".join(sorted(known)))
+        )
+    return config
+
+
+def _checked(source, key, value):
+    default, kind = CONFIG_DEFAULTS[key]
+    if value is None:
+        return default  # null in the file: the default (the role writes every key it knows)
+    if isinstance(kind, tuple):
+        if value not in kind:
+            raise ConfigError("%s: %s must be one of %s, not %r" % (source, key, ", ".join(kind), value))
+        return value
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if (kind is int and isinstance(value, bool)) or not isinstance(value, kind):
+        raise ConfigError("%s: %s must be a %s, not %r" % (source, key, kind.__name__, value))
+    return value
+
+
+class LocalHost:
+    """What :class:`NodeReader` needs of an ``AnsibleModule``, on the node without Ansible.
+
+    Commands run as argv lists in the C locale, stdin closed, each bounded twice: by coreutils ``timeout``
+    (the reader wraps them) and by ``subprocess`` a few seconds after that limit.
+    """
+
+    def __init__(self, params, runner=subprocess.run, environ=None):
+        self.params = params
+        self.runner = runner
+        self.environ = dict(os.environ if environ is None else environ, LC_ALL="C", LANG="C")
+        self.path = self.environ.get("PATH", "")
+
+    def get_bin_path(self, name, required=False, opt_dirs=None):
+        dirs = [d for d in self.path.split(os.pathsep) if d] + list(opt_dirs or []) + list(SEARCH_DIRS)
+        found = shutil.which(name, path=os.pathsep.join(dirs))
+        if found is None and required:
+            self.fail_json(msg="%s not found in %s" % (name, os.pathsep.join(dirs)))
+        return found
+
+    def run_command(self, argv):
+        limit = self.params.get("command_timeout") or 30
+        if os.path.basename(argv[0]) == "timeout" and len(argv) > 3 and argv[3].isdigit():
+            limit = int(argv[3])
+        try:
+            done = self.runner(
+                argv, stdin=subprocess.DEVNULL, capture_output=True, env=self.environ, timeout=limit + KILL_AFTER + 5,
+                check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return 124, "", "did not finish in %d s (killed)" % limit
+        except OSError as error:
+            return 127, "", str(error)
+        return done.returncode, _text(done.stdout), _text(done.stderr)
+
+    def fail_json(self, msg, **kwargs):
+        raise ConfigError(msg)
+
+
+def _text(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value or ""
+
+
+# --- Slurm ----------------------------------------------------------------------------------------
+
+
+def slurm_node_name(config, environ):
+    """The Slurm node name: the configured one, ``SLURMD_NODENAME`` (set for prologs), else ``hostname -s``."""
+    return config.get("slurm_node_name") or environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def drain_decision(show_output, reason, prefix):
+    """What to do with the node's current Slurm state (``scontrol show node -o`` output).
+
+    ``drain`` (not drained, or drained by this command for another reason), ``same`` (drained with this
+    reason already), ``keep`` (drained or down with someone else's reason: theirs stays).
+    """
+    state_match = _STATE.search(show_output or "")
+    state = state_match.group(1).upper() if state_match else ""
+    reason_match = _REASON.search(show_output or "")
+    current = reason_match.group(1).strip() if reason_match else ""
+    taken = "DRAIN" in state or state.startswith("DOWN") or "FAIL" in state
+    if not taken or not current:
+        return "drain"
+    if current == reason or (len(current) > 40 and reason.startswith(current)):
+        return "same"
+    if current.startswith(prefix + ":"):
+        return "drain"
+    return "keep"
+
+
+def drain_argv(scontrol, node, reason):
+    return [scontrol, "update", "nodename=%s" % node, "state=drain", "reason=%s" % reason]
+
+
+def drain(reader, host, config, line):
+    """Drain this node in Slurm with ``line`` as the reason; returns ``{node, done, detail}``."""
+    scontrol = config["slurm_scontrol_path"] or host.get_bin_path("scontrol")
+    node = slurm_node_name(config, host.environ)
+    if not scontrol:
+        return {"node": node, "done": False, "detail": "scontrol not found: the node was not drained"}
+    reason = "%s: %s" % (config["slurm_reason_prefix"], line)
+    timeout = config["slurm_timeout"]
+    rc, out, err, timed_out = reader.run([scontrol, "show", "node", node, "-o"], timeout=timeout)
+    if rc != 0:
+        why = "timed out" if timed_out else "rc=%s %s" % (rc, (err or out).strip()[:200])
+        return {"node": node, "done": False, "detail": "scontrol show node %s failed (%s): not drained" % (node, why)}
+    decision = drain_decision(out, reason, config["slurm_reason_prefix"])
+    if decision == "keep":
+        return {"node": node, "done": False, "detail": "already drained or down with another reason: kept"}
+    if decision == "same":
+        return {"node": node, "done": True, "detail": "already drained with this reason"}
+    rc, out, err, timed_out = reader.run(drain_argv(scontrol, node, reason), timeout=timeout)
+    if rc != 0:
+        why = "timed out" if timed_out else "rc=%s %s" % (rc, (err or out).strip()[:200])
+        return {"node": node, "done": False, "detail": "scontrol update failed (%s)" % why}
+    return {"node": node, "done": True, "detail": "drained: %s" % reason}
+
+
+# --- one run --------------------------------------------------------------------------------------
+
+
+def reader_params(config):
+    """The parameters :class:`NodeReader` reads, from the command's configuration."""
+    return {
+        "level": config["level"],
+        "nvidia_smi_path": config["nvidia_smi_path"],
+        "nvidia_smi_xml": None,
+        "kernel_log": config["kernel_log"],
+        "kernel_log_source": config["kernel_log_source"],
+        "nvlink_status": None,
+        "nvlink_errors": None,
+        "infiniband_root": config["infiniband_root"],
+        "fabricmanager_state": None,
+        "dcgm_diag_json": None,
+        "nccl_output": None,
+        "all_reduce_perf_path": config["all_reduce_perf_path"],
+        "command_timeout": config["command_timeout"],
+        "diag_timeout": config["diag_timeout"],
+        "skip_checks": [name for name in config["skip_checks"] if name in gpu_health.CHECKS],
+    }
+
+
+def evaluate_options(config):
+    keys = (
+        "expected_gpu_count", "expected_gpu_model", "expected_driver_version", "expected_ib_ports",
+        "expected_ib_port_count", "expected_ib_rate", "expected_nvlinks", "expected_pcie_width", "expected_pcie_gen",
+        "pcie_baseline", "thresholds", "skip_checks",
+    )  # fmt: skip
+    return {key: config[key] for key in keys}
+
+
+def run_once(config, host, now, state_store=None, lock_wait=None):
+    """Judge the node once. Returns the payload of ``--json`` (without the drain and the textfile)."""
+    notes = []
+    state, saved = health_state.empty(socket.gethostname()), False
+    locked = False
+    if state_store is not None:
+        locked = state_store.lock(config["lock_wait"] if lock_wait is None else lock_wait)
+        if locked:
+            state, note = state_store.load(socket.gethostname())
+        else:
+            note = "another run holds %s: judged without the stored state, nothing stored" % state_store.directory
+        if note:
+            notes.append(note)
+    try:
+        cursor = (state.get("cursor") or {}).get("time")
+        since = None
+        if config["kernel_log_window"] == "since_last_run" and cursor:
+            since = kernel_log.parse_since(time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(cursor)))
+        reader = NodeReader(host, root=config["root"])
+        inputs = reader.read_all(False, since)
+        notes.extend(reader.notes)
+        verdict = gpu_health.evaluate(inputs, evaluate_options(config))
+        gpus = (inputs.get("smi") or {}).get("gpus") or []
+        limits = error_rates.thresholds(config["rate_thresholds"])
+        boot_id = read_value(under(config["root"], BOOT_ID))
+        sample = error_rates.take_sample(inputs, now, boot_id)
+        extra, rate_notes = error_rates.judge(state.get("samples"), sample, limits)
+        notes.extend(rate_notes)
+        xid_checks, xids = error_rates.judge_xids(
+            state.get("xids"), error_rates.fatal_xids(inputs.get("kernel"), now), now, gpus, limits
+        )
+        extra += xid_checks
+        figures = node_baseline.figures(inputs)
+        baseline_checks, baseline = node_baseline.judge(
+            state.get("baseline") or {}, figures, verdict, now,
+            max_regression=config["baseline_max_regression"], fleet_busbw=config["fleet_nccl_busbw_gbps"],
+        )  # fmt: skip
+        extra += baseline_checks
+        verdict = node_verdict.with_checks(verdict, extra, gpus, config["skip_checks"])
+        verdict = node_baseline.mark_pre_existing(verdict, baseline)
+        if locked:
+            kernel_read = inputs.get("kernel") is not None
+            state["cursor"] = {"time": now} if kernel_read else state.get("cursor")
+            state["samples"] = error_rates.keep_history(state.get("samples"), sample)
+            state["xids"] = xids
+            state["baseline"] = node_baseline.update(baseline, figures, verdict, now)
+            state_store.save(state)
+            saved = True
+    finally:
+        if locked:
+            state_store.unlock()
+    return {
+        "healthy": verdict["healthy"],
+        "reason": node_verdict.reason(verdict),
+        "level": config["level"],
+        "host": socket.gethostname(),
+        "window": {"kernel_log_since": since.isoformat() if since else "boot"},
+        "checks": verdict["checks"],
+        "actions": verdict["actions"],
+        "summary": verdict["summary"],
+        "facts": verdict["facts"],
+        "commands": reader.commands,
+        "notes": notes,
+        "state_saved": saved,
+        "verdict": verdict,
+    }
+
+
+def prometheus_text(verdict, now, duration):
+    return gpu_health.render_prometheus(verdict, now) + (
+        "# HELP gpuops_gpu_health_duration_seconds How long the node-side health command took.\n"
+        "# TYPE gpuops_gpu_health_duration_seconds gauge\n"
+        "gpuops_gpu_health_duration_seconds %.3f\n" % duration
+    )
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="GPU health check of this node (NHC convention: exit 0 healthy, 1 unhealthy with one line, "
+        "2 configuration error, 3 the command failed).",
+    )
+    parser.add_argument("-c", "--config", default=CONFIG_PATH, help="JSON configuration (default %(default)s)")
+    parser.add_argument("-l", "--level", choices=LEVELS, help="quick (seconds), standard (+dcgmi diag -r 1), extended")
+    parser.add_argument("--json", action="store_true", help="print the whole verdict as JSON")
+    parser.add_argument("--drain", action="store_true", help="drain this node in Slurm with the reason when unhealthy")
+    parser.add_argument("--no-drain", action="store_true", help="never drain (overrides slurm_drain)")
+    parser.add_argument("--since", choices=("last-run", "boot"), help="kernel log window (default: kernel_log_window)")
+    parser.add_argument("--no-state", action="store_true", help="neither read nor write the stored state")
+    parser.add_argument("--state-dir", help="stored state directory (default /var/lib/gpuops-health)")
+    parser.add_argument("--nvidia-smi", dest="nvidia_smi_path", help="nvidia-smi to run")
+    parser.add_argument("--kernel-log", help="read this file instead of journalctl/dmesg")
+    parser.add_argument("--prometheus-textfile", help="node_exporter textfile to write")
+    parser.add_argument("-v", "--verbose", action="store_true", help="also print warnings and notes when healthy")
+    return parser.parse_args(argv)
+
+
+def _overrides(args):
+    overrides = {}
+    for key in ("level", "nvidia_smi_path", "kernel_log", "prometheus_textfile"):
+        if getattr(args, key):
+            overrides[key] = getattr(args, key)
+    if args.state_dir:
+        overrides["state_dir"] = args.state_dir
+    if args.drain:
+        overrides["slurm_drain"] = True
+    if args.no_drain:
+        overrides["slurm_drain"] = False
+    return overrides
+
+
+def main(argv=None, environ=None, runner=subprocess.run, out=None, err=None):
+    """The command. Returns the exit code; prints one line when unhealthy (everything with ``--json``)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    started = time.monotonic()
+    now = time.time()
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as stop:
+        return node_verdict.EXIT_CONFIG if stop.code else node_verdict.EXIT_HEALTHY
+    try:
+        config = load_config(args.config, _overrides(args))
+        host = LocalHost(reader_params(config), runner=runner, environ=environ)
+        store = None if args.no_state else health_state.HealthState(config["state_dir"])
+        if args.since is not None:
+            config["kernel_log_window"] = "boot" if args.since == "boot" else "since_last_run"
+        payload = run_once(config, host, now, store)
+    except ConfigError as error:
+        out.write("%s: configuration: %s\n" % (PROG, error))
+        return node_verdict.EXIT_CONFIG
+    except Exception as error:  # one line and a distinct code, not a traceback under slurmd
+        out.write("%s: the health command failed: %s: %s\n" % (PROG, type(error).__name__, error))
+        return node_verdict.EXIT_ERROR
+    verdict = payload.pop("verdict")
+    duration = time.monotonic() - started
+    if config["prometheus_textfile"]:
+        try:
+            health_state.write_text_atomic(config["prometheus_textfile"], prometheus_text(verdict, now, duration))
+        except OSError as error:
+            payload["notes"].append("Prometheus textfile %s not written: %s" % (config["prometheus_textfile"], error))
+    payload["drain"] = None
+    if not payload["healthy"] and config["slurm_drain"]:
+        reader = NodeReader(host, root=config["root"])
+        payload["drain"] = drain(reader, host, config, payload["reason"])
+        payload["commands"].extend(reader.commands)
+        if not payload["drain"]["done"]:
+            payload["notes"].append("slurm: %s" % payload["drain"]["detail"])
+    code = node_verdict.exit_code(verdict)
+    payload["exit_code"] = code
+    payload["duration_s"] = round(time.monotonic() - started, 3)
+    if args.json:
+        out.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+        return code
+    if payload["reason"]:
+        out.write(payload["reason"] + "\n")
+    if args.verbose:
+        for check in payload["checks"]:
+            if check["status"] == "warn":
+                err.write("warn: %s\n" % node_verdict.describe(check))
+        for note in payload["notes"]:
+            err.write("note: %s\n" % note)
+    elif payload["notes"] and not payload["healthy"]:
+        err.write("".join("note: %s\n" % note for note in payload["notes"]))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
