@@ -88,7 +88,7 @@ options:
   index:
     description:
       - Resolve the exact version of every O(requested) package from the node's package index, in this same
-        execution: one C(apt-cache madison) call (apt) or one C(dnf repoquery --showduplicates) call (dnf) for all
+        execution, with one C(apt-cache madison) call (apt) or one C(dnf repoquery --showduplicates) call (dnf) for all
         names, with a timeout.
       - O(requested[].version) is then an upstream version (C(580.126.09) matches C(580.126.09-1ubuntu1),
         C(580.126.09-0ubuntu1) and C(3:580.126.09-1.el9)) or a pattern with C(*); the packages with

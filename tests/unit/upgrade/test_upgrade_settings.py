@@ -35,6 +35,8 @@ DEFAULTS = {
     "run_id": None,
     "report_path": None,
     "refresh_interval": 60,
+    "journal_path": None,
+    "resume_journal": "auto",
 }
 RUN = {name: DEFAULTS[name] for name in upgrade_settings.RUN_SETTINGS}
 
@@ -238,7 +240,8 @@ def test_run_problems_are_listed_once_under_the_first_host_of_the_run():
     first = validation_findings(host, this_host="gpu1", **common)["problems"]
     assert [p.split(" ")[0] for p in first] == ["forks", "gpuops_upgrade_per_domain"]
     assert validation_findings(host, this_host="gpu2", **common)["problems"] == []
-    assert validation_findings(host, this_host="gpu1", **dict(common, checks=[]))["problems"] == []
+    without_checks = dict(common, checks=[])
+    assert validation_findings(host, this_host="gpu1", **without_checks)["problems"] == []
 
 
 @pytest.mark.parametrize(
