@@ -54,12 +54,15 @@ def test_keyring_is_the_repository_key_and_named_in_signed_by(host):
 def test_every_resolved_package_is_at_its_exact_version_held_and_pinned(host, report):
     held = set(host.check_output("apt-mark showhold").split())
     preferences = host.file("/etc/apt/preferences.d/gpuops-nvidia.pref").content_string
-    for package in report["resolved"]["packages"]:
-        installed = host.package(package["name"])
-        assert installed.is_installed, package["name"]
-        assert installed.version == package["version"], package["name"]
-        assert package["name"] in held, package["name"]
-        assert f"Pin: version {package['version']}" in preferences
+    # the exact versions the role took from the repository's index (the resolved stack gives upstream versions)
+    exact = report["report"]["packages"]
+    assert sorted(exact) == sorted(p["name"] for p in report["resolved"]["packages"])
+    for name, version in exact.items():
+        installed = host.package(name)
+        assert installed.is_installed, name
+        assert installed.version == version, name
+        assert name in held, name
+        assert f"Pin: version {version}" in preferences
     assert "Pin-Priority: 1001" in preferences
     assert "Pin-Priority: 500" not in preferences
 
@@ -87,7 +90,7 @@ def test_wrong_key_installed_nothing(host):
 
 def test_changed_request_moved_exactly_the_resolved_packages(host, report):
     before, after = snapshot(host, "converged"), snapshot(host, "upgraded")
-    resolved = {p["name"]: p["version"] for p in report["resolved"]["packages"]}
+    resolved = report["report"]["packages"]
     moved = {name for name in set(before) | set(after) if before.get(name) != after.get(name)}
     expected = {name for name, version in resolved.items() if before.get(name) != version}
     expected |= set(report["report"]["removed"])
@@ -123,7 +126,7 @@ def test_branch_change_replaced_the_old_branch_packages(host, report):
 
 
 def test_loaded_module_is_the_installed_driver_after_the_reboot(host, report):
-    driver = report["resolved"]["driver_version"]
+    driver = report["report"]["driver_version"]
     assert host.file("/run/gpuops-lab/nvidia-version").contains(f"  {driver}  ")
     assert host.check_output("nvidia-smi --query-gpu=driver_version --format=csv,noheader").splitlines()[0] == driver
     assert report["report"]["rebooted"] is True
@@ -144,7 +147,8 @@ def test_fabric_manager_only_on_nvswitch_nodes_and_follows_the_driver(host, repo
         assert service.is_running
         fabric = [p for p in report["resolved"]["packages"] if p["component"] == "fabricmanager"]
         assert fabric
-        assert all(p["version"] == report["resolved"]["driver_version"] + "-1" for p in fabric)
+        exact = report["report"]["packages"]
+        assert all(exact[p["name"]] == report["report"]["driver_version"] + "-1" for p in fabric)
     else:
         assert not host.exists("nv-fabricmanager")
         assert not host.file("/lib/systemd/system/nvidia-fabricmanager.service").exists
