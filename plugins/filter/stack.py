@@ -71,6 +71,22 @@ def nvidia_version_compare(left, operator, right):
         raise AnsibleFilterError("%snvidia_version_compare: %s" % (PREFIX, exc)) from exc
 
 
+def stack_at_release(resolved, index):
+    """The resolved stack at the driver release a node's index read chose (``gpu_stack.index``).
+
+    A branch request becomes an exact one: ``driver_version`` and ``driver_request.exact`` name the release,
+    so every later read, the gate, the node's stack fact and a rollback to it mean that release, not the
+    matrix's newest. Unchanged when the read chose no release.
+    """
+    if not isinstance(resolved, dict):
+        raise AnsibleFilterError("gpuops.cluster.stack_at_release: expected a resolved stack, got %r" % (resolved,))
+    release = (index or {}).get("driver_version")
+    if not release:
+        return resolved
+    request = dict(resolved.get("driver_request") or {}, exact=release)
+    return dict(resolved, driver_version=release, driver_request=request)
+
+
 def stack_index_problems(hosts, hostvars, registered):
     """Index problems of every host in ``hosts`` whose read is registered as ``registered`` in ``hostvars``."""
     reads = {}
@@ -92,4 +108,5 @@ class FilterModule:
             "cuda_min_driver": cuda_min_driver,
             "nvidia_version_compare": nvidia_version_compare,
             "stack_index_problems": stack_index_problems,
+            "stack_at_release": stack_at_release,
         }

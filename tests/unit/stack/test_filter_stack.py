@@ -22,6 +22,7 @@ def test_filters_registered():
         "cuda_min_driver",
         "nvidia_version_compare",
         "stack_index_problems",
+        "stack_at_release",
     }
 
 
@@ -141,3 +142,18 @@ def test_stack_index_problems_reads_every_host_and_compares_one_repository():
     # exact requests are what they name: no disagreement between nodes that ask for different releases
     hostvars["b"]["stack_read"]["ansible_facts"]["gpu_stack"]["index"]["branch_request"] = None
     assert stack_index_problems(["a", "b"], hostvars, "stack_read") == []
+
+
+def test_stack_at_release_makes_a_branch_request_exact():
+    from ansible_collections.gpuops.cluster.plugins.filter.stack import stack_at_release
+
+    resolved = {
+        "driver_version": "580.95.05",
+        "driver_request": {"branch": "580", "exact": None, "floor": None, "skip": [], "upgrade": False},
+        "packages": [],
+    }
+    at = stack_at_release(resolved, {"driver_version": "580.126.09", "problems": []})
+    assert at["driver_version"] == "580.126.09"
+    assert at["driver_request"] == {"branch": "580", "exact": "580.126.09", "floor": None, "skip": [], "upgrade": False}
+    assert resolved["driver_request"]["exact"] is None  # the input is not changed
+    assert stack_at_release(resolved, {"driver_version": None}) is resolved
