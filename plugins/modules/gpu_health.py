@@ -206,6 +206,33 @@ options:
           - Minimum all_reduce bus bandwidth in GB/s. Default by model, at 16 GB messages on one node
             (460 H100, 431 H200, 228 A100); other models pass with the figure reported.
         type: float
+  node_state:
+    description:
+      - Directory of the state the node-side command C(gpuops-gpu-health) keeps (V(/var/lib/gpuops-health), role
+        gpuops.cluster.gpu_healthcheck). When the state is there, the verdict also judges error rates, fatal Xid
+        repeats and the node's own baselines against it (checks C(ecc_rate), C(row_remap_rate), C(infiniband_rate),
+        C(xid_repeat), C(nccl_baseline), C(dcgm_baseline)) and marks a failure the command had already found as
+        pre-existing (C(pre_existing) in the check), so an upgrade gate tells a regression from a condition that was
+        there before. Read only, nothing is stored. Without a stored state a warning says so and nothing more is judged.
+    type: path
+  rate_thresholds:
+    description:
+      - Thresholds of the rate and repeat checks with O(node_state) - C(ecc_correctable_per_hour) (10),
+        C(ecc_uncorrectable_per_day) (0), C(row_remap_per_day) (0), C(ib_errors_per_hour) (10),
+        C(ib_link_downed_per_hour) (0), C(xid_repeat_hours) (24), C(xid_repeat_count) (2), C(xid_episode_minutes)
+        (10). More than the threshold within the window fails (warns for rows and link-downs).
+    type: dict
+    default: {}
+  baseline_max_regression:
+    description:
+      - With O(node_state), the fraction below the node's last good NCCL bus bandwidth or DCGM figure (or below
+        O(fleet_nccl_busbw_gbps)) that fails.
+    type: float
+    default: 0.1
+  fleet_nccl_busbw_gbps:
+    description:
+      - With O(node_state), the fleet's median all_reduce bus bandwidth in GB/s to compare this node with.
+    type: float
   skip_checks:
     description:
       - Checks not to judge; each is reported once as skipped. Skipping both NVLink checks also skips the
@@ -215,7 +242,8 @@ options:
     default: []
     choices: [nvidia_smi, gpu_count, gpu_model, driver_version, persistence_mode, mig_mode, ecc_mode, ecc_errors,
               row_remap, retired_pages, pcie_link, temperature, clock_events, recovery, fabric, fabricmanager, xid,
-              fallen_off_bus, sxid, nvlink, nvlink_errors, infiniband, dcgm_diag, nccl_busbw]
+              fallen_off_bus, sxid, nvlink, nvlink_errors, infiniband, dcgm_diag, nccl_busbw, ecc_rate, row_remap_rate,
+              infiniband_rate, xid_repeat, nccl_baseline, dcgm_baseline]
   fail_on_unhealthy:
     description:
       - Fail the task when any check fails. The result still carries every check.
@@ -309,6 +337,11 @@ checks:
       type: str
       sample: reset_gpu
       choices: [none, restart_application, reset_gpu, reboot_node, hardware_inspection]
+    pre_existing:
+      description: With O(node_state), when a failure was first found by the node-side command (UTC).
+      type: str
+      returned: when the failure was already found before
+      sample: "2026-01-01 00:00 UTC"
 actions:
   description: The strongest recommended action for the node and for each GPU.
   returned: always
@@ -367,7 +400,13 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils import managed_file
 from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
-from ansible_collections.gpuops.cluster.plugins.module_utils.health import gpu_health, kernel_log
+from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
+    gpu_health,
+    health_state,
+    kernel_log,
+    node_history,
+)
 from ansible_collections.gpuops.cluster.plugins.module_utils.health.node_reader import NodeReader
 
 _THRESHOLD_SPEC = {
@@ -412,7 +451,13 @@ def argument_spec():
         thresholds=dict(type="dict", default={}, options=_THRESHOLD_SPEC),
         command_timeout=dict(type="int", default=60),
         diag_timeout=dict(type="int"),
-        skip_checks=dict(type="list", elements="str", default=[], choices=list(gpu_health.CHECKS)),
+        node_state=dict(type="path"),
+        rate_thresholds=dict(type="dict", default={}),
+        baseline_max_regression=dict(type="float", default=0.1),
+        fleet_nccl_busbw_gbps=dict(type="float"),
+        skip_checks=dict(
+            type="list", elements="str", default=[], choices=list(gpu_health.CHECKS) + list(node_history.CHECKS)
+        ),
         fail_on_unhealthy=dict(type="bool", default=False),
         prometheus_textfile=dict(type="path"),
     )
@@ -439,6 +484,24 @@ def write_textfile(module, path, content):
         return changed, before
     managed_file.write_atomic(module, path, content)
     return changed, before
+
+
+def judge_history(module, inputs, verdict, offline):
+    """The verdict with rates, repeats and baselines judged against the node-side command's state (read only)."""
+    params = module.params
+    state, note = health_state.HealthState(params["node_state"]).load()
+    if note:
+        module.warn("node_state: %s: error rates, Xid repeats and baselines not judged" % note)
+        return verdict
+    history_options = {
+        "rate_thresholds": params["rate_thresholds"],
+        "baseline_max_regression": params["baseline_max_regression"],
+        "fleet_nccl_busbw_gbps": params["fleet_nccl_busbw_gbps"],
+        "skip_checks": params["skip_checks"],
+        "boot_id": None if offline else read_value("/proc/sys/kernel/random/boot_id"),
+    }
+    verdict, _stored, _notes = node_history.judge(inputs, verdict, state, time.time(), history_options)
+    return verdict
 
 
 def main():
@@ -471,6 +534,8 @@ def main():
     }
     try:
         verdict = gpu_health.evaluate(inputs, options)
+        if params["node_state"]:
+            verdict = judge_history(module, inputs, verdict, offline)
     except ValueError as error:
         module.fail_json(msg=str(error))
     result = dict(

@@ -47,7 +47,7 @@ class HealthState:
             with open(self.path, encoding="utf-8") as handle:
                 data = json.load(handle)
         except FileNotFoundError:
-            return empty(host), "no stored state in %s: first run" % self.directory
+            return empty(host), "no stored state in %s" % self.directory
         except (OSError, ValueError) as error:
             return empty(host), "stored state %s unreadable (%s): starting again" % (self.path, error)
         if not isinstance(data, dict) or data.get("version") != VERSION:

@@ -38,6 +38,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     health_state,
     kernel_log,
     node_baseline,
+    node_history,
     node_verdict,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.health.node_reader import KILL_AFTER, NodeReader
@@ -81,7 +82,7 @@ CONFIG_DEFAULTS = {
     "slurm_reason_prefix": ("gpuops-health", str),
     "root": ("/", str),
 }
-EXTRA_CHECKS = error_rates.RATE_CHECKS + node_baseline.BASELINE_CHECKS
+EXTRA_CHECKS = node_history.CHECKS
 SEARCH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 _STATE = re.compile(r"\bState=(\S+)")
@@ -299,31 +300,15 @@ def run_once(config, host, now, state_store=None, lock_wait=None):
         inputs = reader.read_all(False, since)
         notes.extend(reader.notes)
         verdict = gpu_health.evaluate(inputs, evaluate_options(config))
-        gpus = (inputs.get("smi") or {}).get("gpus") or []
-        limits = error_rates.thresholds(config["rate_thresholds"])
-        boot_id = read_value(under(config["root"], BOOT_ID))
-        sample = error_rates.take_sample(inputs, now, boot_id)
-        extra, rate_notes = error_rates.judge(state.get("samples"), sample, limits)
-        notes.extend(rate_notes)
-        xid_checks, xids = error_rates.judge_xids(
-            state.get("xids"), error_rates.fatal_xids(inputs.get("kernel"), now), now, gpus, limits
-        )
-        extra += xid_checks
-        figures = node_baseline.figures(inputs)
-        baseline_checks, baseline = node_baseline.judge(
-            state.get("baseline") or {}, figures, verdict, now,
-            max_regression=config["baseline_max_regression"], fleet_busbw=config["fleet_nccl_busbw_gbps"],
-        )  # fmt: skip
-        extra += baseline_checks
-        verdict = node_verdict.with_checks(verdict, extra, gpus, config["skip_checks"])
-        verdict = node_baseline.mark_pre_existing(verdict, baseline)
+        history_options = {
+            key: config[key]
+            for key in ("rate_thresholds", "baseline_max_regression", "fleet_nccl_busbw_gbps", "skip_checks")
+        }
+        history_options["boot_id"] = read_value(under(config["root"], BOOT_ID))
+        verdict, stored, history_notes = node_history.judge(inputs, verdict, state, now, history_options)
+        notes.extend(history_notes)
         if locked:
-            kernel_read = inputs.get("kernel") is not None
-            state["cursor"] = {"time": now} if kernel_read else state.get("cursor")
-            state["samples"] = error_rates.keep_history(state.get("samples"), sample)
-            state["xids"] = xids
-            state["baseline"] = node_baseline.update(baseline, figures, verdict, now)
-            state_store.save(state)
+            state_store.save(stored)
             saved = True
     finally:
         if locked:
