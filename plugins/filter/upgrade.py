@@ -12,7 +12,12 @@ from __future__ import annotations
 import time
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import fleet_nodes, upgrade_record, window_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
+    fleet_nodes,
+    run_journal,
+    upgrade_record,
+    window_plan,
+)
 
 PREFIX = "gpuops.cluster."
 
@@ -55,16 +60,31 @@ def upgrade_stack_fact(fact, target, step, run_id, now, result=None, fallback_pr
     raise AnsibleFilterError("%supgrade_stack_fact: step must be begin or finish, got %r" % (PREFIX, step))
 
 
-def upgrade_report(records, run_id, plan, started_at, finished_at, settings=None, window=None, slots=None):
+def upgrade_report(
+    records, run_id, plan, started_at, finished_at, settings=None, window=None, slots=None, journal=None
+):
     """The audit report of a run, with ``summary`` (the human lines)."""
     try:
         audit = upgrade_record.report(
-            run_id, plan or {}, list(records or []), started_at, finished_at, settings, window, slots
+            run_id, plan or {}, list(records or []), started_at, finished_at, settings, window, slots, journal
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError("%supgrade_report: %s" % (PREFIX, exc)) from exc
     audit["summary"] = upgrade_record.summary_lines(audit)
     return audit
+
+
+def upgrade_journal(text, path=None):
+    """The run's journal (its text) replayed: where the run stood at each node, its reads of the fleet."""
+    if not isinstance(text, str):
+        raise AnsibleFilterError("%supgrade_journal: input must be the journal's text, got %r" % (PREFIX, type(text)))
+    try:
+        replayed = run_journal.replay(run_journal.parse(text, path or "the journal"))
+    except ValueError as exc:
+        raise AnsibleFilterError("%supgrade_journal: %s" % (PREFIX, exc)) from exc
+    replayed["path"] = path
+    replayed["timeline"] = [list(span) for span in replayed["timeline"]]
+    return replayed
 
 
 def upgrade_drain_record(adapter, slurm=None, k8s_node=None, k8s_drain=None, k8s_pods=None, node_name=None):
@@ -85,4 +105,5 @@ class FilterModule:
             "upgrade_stack_fact": upgrade_stack_fact,
             "upgrade_report": upgrade_report,
             "upgrade_drain_record": upgrade_drain_record,
+            "upgrade_journal": upgrade_journal,
         }

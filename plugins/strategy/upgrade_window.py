@@ -33,6 +33,12 @@ description:
     someone else leaves the plan (drained or down, it counts as out of service). The nodes still waiting for their jobs
     are deferred only on a read newer than the last release. A failed read is retried at the next occasion; the window
     keeps its last view meanwhile. Every read (when, how long, what changed) is in the slot records' C(refreshes).
+  - A window that survives the controller. With the slot task's C(journal), every admission, release, deferral,
+    pass, halt and read of the fleet is appended to the journal on the controller the moment it is decided (one JSON
+    line each, fsync'd, mode 0644; C(module_utils/upgrade/run_journal.py)), and C(end) when the play ends. A re-run
+    reads the journal of the run it continues (C(resume); by default the newest journal beside its own with the same
+    C(target)): the nodes that run admitted and never released, or released failed, are taken first and count as out
+    of service from the start, so the window never takes more than C(max_unavailable) across both runs.
   - Plays without an C(upgrade_slot) task run exactly as under C(free).
 author:
   - gpuops.cluster maintainers (@gpuops)
@@ -43,7 +49,7 @@ import time
 from ansible.playbook.task import Task
 from ansible.plugins.strategy.free import StrategyModule as FreeStrategyModule
 from ansible.template import Templar
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import fleet_refresh, window_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import fleet_refresh, run_journal, window_plan
 
 SLOT_ACTIONS = frozenset({"gpuops.cluster.upgrade_slot", "upgrade_slot"})
 # The host variable the strategy hands each host's slot record to the upgrade_slot action in.
@@ -86,10 +92,25 @@ class StrategyModule(FreeStrategyModule):
         self._refresh_host = None  # the waiting host the read runs as
         self._slot_task = None  # the slot task the window was built from: the read's place in the play
         self._play_context = None
+        self._journal = None  # run_journal.JournalWriter, when the slot task names a journal
+        self._halt_written = False
+        self._passed: set = set()  # hosts whose pass (not admitted) is in the journal
 
     def run(self, iterator, play_context):
         self._play_context = play_context
-        return super().run(iterator, play_context)
+        try:
+            return super().run(iterator, play_context)
+        finally:
+            if self._journal is not None:
+                window = self._window
+                self._write(
+                    "end",
+                    done=list(window.done),
+                    failed=list(window.failed),
+                    deferred=sorted(window.deferred),
+                    halted=window.halted,
+                )
+                self._journal.close()
 
     # Host loop hook: the free strategy asks for the hosts left on every pass.
 
@@ -142,9 +163,20 @@ class StrategyModule(FreeStrategyModule):
             host, task = waiting[0]
             args = self._template_args(iterator, host, task)
             try:
-                self._window = window_plan.Window(args.get("nodes") or [], args.get("settings") or {}, now)
+                nodes, resume = self._open_journal(args.get("journal"), args.get("nodes") or [])
+                self._window = window_plan.Window(nodes, args.get("settings") or {}, now)
                 self._set_refresh(args.get("refresh"), now)
                 self._slot_task = task
+                if self._journal is not None:
+                    self._write(
+                        "start",
+                        run_id=resume["run_id"],
+                        target=resume["target"],
+                        resumed_from=resume["resumed_from"],
+                        resumed=list(self._window.resumed),
+                        in_service_out=list(self._window.unavailable),
+                        settings=self._window.settings.as_dict(),
+                    )
             except ValueError as error:
                 self._broken = str(error)
                 self._window = window_plan.Window([], {}, now)
@@ -157,7 +189,12 @@ class StrategyModule(FreeStrategyModule):
             if self._refresh_task is not None or self._start_refresh(iterator, [host for host, _task in waiting]):
                 return []
             fresh = True  # the read could not start: decide on the last view
-        if not self._holding and not window.in_flight and fresh and window.defer_waiting(now):
+        deferring = {}
+        if not self._holding and not window.in_flight and fresh:
+            deferring = window.defer_waiting(now)
+            for name, why in deferring.items():
+                self._write("defer", node=name, why=why)
+        if deferring:
             # Nothing in flight and nothing started: the nodes waiting for their jobs are deferred, in
             # service; a chosen canary among them is replaced, and the next one may start now.
             self._take_admitted(window.admit(now), now)
@@ -180,6 +217,7 @@ class StrategyModule(FreeStrategyModule):
                 self._hand(host, self._record(name, False, "the run halted before this node started"))
             else:
                 continue
+            self._write_pass(name)
             passing.append(host)
         if not passing and not self._holding and not window.in_flight and fresh:
             # Nothing in flight and nothing admitted: whatever still waits can never start.
@@ -187,6 +225,7 @@ class StrategyModule(FreeStrategyModule):
             for host, _task in waiting:
                 why = blocked.get(host.name, "cannot leave service within the window's rules")
                 self._hand(host, self._record(host.name, False, "blocked: %s" % why))
+                self._write_pass(host.name)
                 passing.append(host)
         return passing
 
@@ -194,6 +233,8 @@ class StrategyModule(FreeStrategyModule):
         for name in names:
             self._holding.add(name)
             self._admitted_at[name] = now
+            node = self._window.nodes[name]
+            self._write("admit", node=name, canary=name in self._window.canaries, resume=node.resume, at=now)
 
     def _record(self, name: str, admitted: bool, reason: str) -> dict:
         now = time.time()
@@ -240,6 +281,8 @@ class StrategyModule(FreeStrategyModule):
         self._finish(name, ok, None if halt is None else bool(halt), deferred)
         if self._schedule is not None:
             self._schedule.released(time.time())
+        self._write("release", node=name, ok=ok, deferred=deferred, halt=self._window.halted)
+        self._write_halt(name, "a node failed" if not ok else "the node's release asked to halt")
         record = dict(self._records.get(name, {}))
         record.update(
             {
@@ -255,6 +298,8 @@ class StrategyModule(FreeStrategyModule):
 
     def _left(self, host, why: str):
         self._finish(host.name, False, True)
+        self._write("release", node=host.name, ok=False, deferred=False, halt=True, why=why)
+        self._write_halt(host.name, why)
         record = dict(self._records.get(host.name, {}))
         record.update({"state": "released", "ok": False, "reason": why, "released_at": time.time(), "halted": True})
         self._records[host.name] = record
@@ -346,12 +391,77 @@ class StrategyModule(FreeStrategyModule):
         now = time.time()
         nodes = data.get("nodes")
         if data.get("failed") or data.get("unreachable") or not isinstance(nodes, list):
-            self._schedule.finished(now, False, error=data.get("msg") or "the read returned no nodes")
+            read = self._schedule.finished(now, False, error=data.get("msg") or "the read returned no nodes")
+            self._write("refresh", **read)
             return
         try:
             observed, reasons = fleet_refresh.observations(nodes, self._refresh["names"])
             changes = self._window.observe(observed, now, reasons)
         except ValueError as error:
-            self._schedule.finished(now, False, error=str(error))
+            self._write("refresh", **self._schedule.finished(now, False, error=str(error)))
             return
-        self._schedule.finished(now, True, {key: value for key, value in changes.items() if value})
+        read = self._schedule.finished(now, True, {key: value for key, value in changes.items() if value})
+        self._write("refresh", **read)
+
+    # The journal: every decision on the controller's disk as it is taken; a re-run continues from it.
+
+    def _open_journal(self, journal, nodes) -> tuple[list, dict]:
+        """The window's nodes, those a previous run left mid-upgrade marked to resume; opens this run's journal."""
+        resume = {"run_id": None, "target": None, "resumed_from": None}
+        if journal in (None, {}):
+            return nodes, resume
+        if not isinstance(journal, dict) or not journal.get("path"):
+            raise ValueError(
+                "journal must be {path: the journal file on the controller, run_id, target, resume: auto, none or "
+                "the path of a previous journal}, got %r" % (journal,)
+            )
+        path = str(journal["path"])
+        target = str(journal.get("target") or "")
+        wanted = journal.get("resume") or "auto"
+        resume.update(run_id=journal.get("run_id"), target=target)
+        previous = None
+        if wanted == "auto":
+            previous = run_journal.find_previous(path, target)
+        elif wanted != "none":
+            previous = str(wanted)
+        if previous is not None:
+            try:
+                replayed = run_journal.replay(run_journal.read(previous))
+            except (OSError, ValueError) as error:
+                raise ValueError(
+                    "the journal to resume from, %s, cannot be read (%s): name another one, or none, in "
+                    "gpuops_upgrade_resume_journal" % (previous, error)
+                ) from error
+            left = set(run_journal.to_resume(replayed))
+            nodes = [
+                dict(node, resume=True)
+                if isinstance(node, dict) and node.get("name") in left and not node.get("done")
+                else node
+                for node in nodes
+            ]
+            resume["resumed_from"] = previous
+        try:
+            self._journal = run_journal.JournalWriter(path)
+        except OSError as error:
+            raise ValueError(
+                "the journal %s cannot be written (%s): set gpuops_upgrade_journal_path" % (path, error)
+            ) from error
+        return nodes, resume
+
+    def _write(self, event: str, **fields):
+        if self._journal is None:
+            return
+        at = fields.pop("at", None)
+        self._journal.append(run_journal.entry(event, time.time() if at is None else at, **fields))
+
+    def _write_halt(self, name: str, why: str):
+        if self._window.halted and not self._halt_written:
+            self._halt_written = True
+            self._write("halt", node=name, why=why)
+
+    def _write_pass(self, name: str):
+        record = self._records.get(name) or {}
+        if name in self._passed or record.get("admitted") or name in self._window.deferred:
+            return
+        self._passed.add(name)
+        self._write("pass", node=name, why=record.get("reason"))

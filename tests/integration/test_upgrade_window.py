@@ -11,13 +11,18 @@ on durations; the makespans go to tests/benchmarks/bench_upgrade_window.py.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import run_journal, window_plan
 
-from tests.integration.playbook_run import run_playbook
+from tests.integration.playbook_run import REPO, run_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -265,3 +270,101 @@ def test_the_window_reads_the_fleet_again_and_takes_what_changed(tmp_path):
     # n2 was admitted on the fresh view, after the read that followed the canary's release
     assert released["n2"]["admitted_at"] >= released["n1"]["released_at"]
     assert released["n2"]["admitted_at"] >= reads[0]["at"]
+
+
+# A window that survives the controller: the journal, a run killed mid-way, and the re-run that continues it.
+
+
+def journal_entries(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def start_killable_run(tmp_path, name, hosts: dict, extravars: dict):
+    """ansible-playbook in its own process group, so that the test can kill the controller and its workers."""
+    inventory = tmp_path / f"{name}.yml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "fleet": {
+                    "hosts": hosts,
+                    "vars": {
+                        "ansible_connection": "local",
+                        "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                    },
+                }
+            }
+        )
+    )
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"),
+        ANSIBLE_NOCOLOR="1",
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    )
+    return subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            str(inventory),
+            str(REPO / PLAYBOOK),
+            "-e",
+            json.dumps(extravars),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=(tmp_path / f"{name}.out").open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def test_a_run_killed_mid_way_is_continued_by_the_re_run_within_max_unavailable(tmp_path):
+    names = [f"n{i}" for i in range(1, 9)]
+    nodes = [{"name": name, "canary": name == "n1"} for name in names]
+    settings = {"max_unavailable": 2}
+    hosts = {name: {"work_seconds": 4} for name in names}
+    first = tmp_path / "gpuops-upgrade-run1.journal.jsonl"
+    journal = {"path": str(first), "run_id": "run1", "target": "gpu_nodes 580.95.05", "resume": "auto"}
+    run = start_killable_run(
+        tmp_path, "crashed", hosts, {"window_nodes": nodes, "window_settings": settings, "window_journal": journal}
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:  # the canary is back and two nodes are in flight: kill the controller
+            entries = journal_entries(first) if first.exists() else []
+            admitted = [e["node"] for e in entries if e["event"] == "admit"]
+            released = [e["node"] for e in entries if e["event"] == "release"]
+            if len(admitted) >= 3 and len(set(admitted) - set(released)) == 2:
+                break
+            assert run.poll() is None, (tmp_path / "crashed.out").read_text()[-3000:]
+            time.sleep(0.2)
+        os.killpg(run.pid, signal.SIGKILL)
+    finally:
+        run.wait(timeout=30)
+    crashed = run_journal.replay(run_journal.read(str(first)))
+    assert crashed["ended_at"] is None
+    assert len(crashed["in_flight"]) == 2
+    assert oct(first.stat().st_mode & 0o777) == "0o644"
+
+    # The re-run: the survey skips what the first run finished (the stack fact on the node).
+    again = [dict(node, done=node["name"] in crashed["done"]) for node in nodes]
+    second = tmp_path / "gpuops-upgrade-run2.journal.jsonl"
+    journal2 = dict(journal, path=str(second), run_id="run2")
+    _acquired, released = run_window(tmp_path, "rerun", hosts, again, settings, journal=journal2)
+    rerun = run_journal.replay(run_journal.read(str(second)))
+    assert rerun["resumed_from"] == str(first)
+    assert sorted(rerun["resumed"]) == sorted(crashed["in_flight"])
+    # the nodes left mid-upgrade went first, then the rest; every node is upgraded across both runs
+    admitted = [e["node"] for e in journal_entries(second) if e["event"] == "admit"]
+    assert sorted(admitted[:2]) == sorted(crashed["in_flight"])
+    assert sorted(set(crashed["done"]) | set(rerun["done"])) == names
+    assert rerun["ended_at"] is not None
+    assert all(slot["ok"] for slot in released.values())
+    # never more than max_unavailable out across both runs: a node in flight at the crash stays out until the
+    # re-run releases it
+    back = {node: end for node, _start, end in rerun["timeline"]}
+    timeline = [(node, start, end if end is not None else back[node]) for node, start, end in crashed["timeline"]]
+    timeline += [(node, start, end) for node, start, end in rerun["timeline"] if node not in crashed["in_flight"]]
+    assert window_plan.check(timeline, nodes, settings) == []
+    assert most_out_at_once({node: {"admitted_at": s, "released_at": e} for node, s, e in timeline}) <= 2

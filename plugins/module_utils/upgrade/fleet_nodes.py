@@ -13,6 +13,10 @@ A node Slurm shows in a reservation (the flag ``reserved`` or ``maint`` in its
 ``slurm_state``, such as ``idle+reserved``) is ``reserved`` for the window: it
 serves the reservation's users, so the run leaves it alone and reports it. The
 rolling upgrade makes no reservation of its own, so every one is someone else's.
+
+A node to upgrade that Slurm shows drained by us (``owner: ours``: the reason carries our
+prefix; left by a run that crashed or halted) is out of service already: the window counts
+it so from the start and takes it first (``resume``).
 """
 
 from __future__ import annotations
@@ -87,5 +91,7 @@ def window_nodes(hosts, slurm=None, canary=()) -> list[dict]:
             if node.get("state") in ("idle", "busy") and in_reservation(found):
                 node["state"] = "reserved"
                 node.pop("job_end", None)
+            elif node.get("state") in ("idle", "busy") and found.get("owner") == "ours" and not node["done"]:
+                node["resume"] = True
         nodes.append(node)
     return nodes

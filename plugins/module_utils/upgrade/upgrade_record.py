@@ -233,13 +233,23 @@ def window_timeline(nodes: list) -> list:
 
 
 def report(
-    run_id: str, plan: dict, records: list, started_at: str, finished_at: str, settings=None, window=None, slots=None
+    run_id: str,
+    plan: dict,
+    records: list,
+    started_at: str,
+    finished_at: str,
+    settings=None,
+    window=None,
+    slots=None,
+    journal=None,
 ) -> dict:
     """The audit report of a run: plan, per node before/after, timings, gate verdicts, what halted.
 
     ``plan`` is the window's preview (``window_plan.plan``); ``window`` the window's nodes and
     settings (``{nodes, settings}``), to check the run's timeline against every rule; ``slots``
-    the strategy's record of each host's slot (``{host: {admitted_at, released_at, ...}}``).
+    the strategy's record of each host's slot (``{host: {admitted_at, released_at, ...}}``);
+    ``journal`` the run's journal replayed (``run_journal.replay``): when given, the window's
+    timeline and the reads of the fleet come from it, and the report says which run it continued.
     """
     slots = slots or {}
     by_host = {}
@@ -285,13 +295,20 @@ def report(
     else:
         result = "completed"
     timeline = window_timeline(nodes)
+    if journal:
+        # the journal's timeline: every admission and release as written when it happened
+        timeline = [
+            (node, float(start), float(end)) for node, start, end in journal.get("timeline") or [] if end is not None
+        ]
     window_report = {"timeline": [list(entry) for entry in timeline], "violations": [], "makespan": None}
     if timeline:
         window_report["makespan"] = round(max(end for _h, _s, end in timeline) - min(s for _h, s, _e in timeline), 3)
     if window and timeline:
         window_report["violations"] = window_plan.check(timeline, window.get("nodes") or [], window.get("settings"))
     refreshes = refresh_summary(
-        max(
+        journal.get("refreshes")
+        if journal
+        else max(
             (list(slot.get("refreshes") or []) for slot in slots.values() if isinstance(slot, dict)),
             key=len,
             default=[],
@@ -315,6 +332,14 @@ def report(
         "refreshes": refreshes,
         "counts": counts,
         "nodes": nodes,
+        "journal": (
+            {
+                key: journal.get(key)
+                for key in ("path", "run_id", "resumed_from", "resumed", "events", "in_flight", "halted", "ended_at")
+            }
+            if journal
+            else None
+        ),
     }
 
 
@@ -348,6 +373,11 @@ def summary_lines(audit: dict) -> list[str]:
                 " in %ss" % total if total is not None else "",
                 ": %s" % node["reason"] if node.get("reason") else "",
             )
+        )
+    if (audit.get("journal") or {}).get("resumed_from"):
+        lines.append(
+            "continued the run of journal %s: %s taken first"
+            % (audit["journal"]["resumed_from"], ", ".join(audit["journal"]["resumed"]) or "no node")
         )
     refreshes = audit.get("refreshes") or {}
     if refreshes.get("count"):

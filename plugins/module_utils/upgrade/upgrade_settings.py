@@ -41,6 +41,8 @@ RUN_SETTINGS = (
     "report_path",
     "max_job_wait",
     "refresh_interval",
+    "journal_path",
+    "resume_journal",
 )
 # Window settings and the gpuops_upgrade_* variable that sets each.
 WINDOW_SETTINGS = {"per_domain": "per_domain", "partition_floor": "partition_floor"}

@@ -528,7 +528,7 @@ class Window:
                 if key is not None:
                     reasons[canary] = self._explain(self.nodes[canary], key, counts)
                     for name in remaining:
-                        if name != canary and name not in passed:
+                        if name != canary and name not in passed and not self.nodes[name].resume:
                             reasons[name] = "waits for the canary %s, which is blocked" % canary
                     return reasons
                 passed.add(canary)
@@ -894,6 +894,7 @@ def plan(nodes, settings=None, now=0) -> dict:
         "skipped": list(window.skipped),
         "unavailable": list(window.unavailable),
         "reserved": list(window.reserved),
+        "resumed": list(window.resumed),
         "waiting_for_jobs": window.waiting_for_jobs(now),
         "blocked": window.blocked,
     }
@@ -928,6 +929,10 @@ def describe(preview: dict) -> list[str]:
             len(preview["unavailable"]),
         )
     ]
+    if preview.get("resumed"):
+        lines.append(
+            "resumed first, out of service already (left by an earlier run): %s" % ", ".join(preview["resumed"])
+        )
     if preview["canary"]:
         lines.append("canary, alone first: %s" % ", ".join(preview["canary"]))
     lines.append("starts now: %s" % (", ".join(preview["first_window"]) or "nothing"))

@@ -14,6 +14,7 @@ def test_filters_are_registered():
         "upgrade_stack_fact",
         "upgrade_report",
         "upgrade_drain_record",
+        "upgrade_journal",
     }
 
 
