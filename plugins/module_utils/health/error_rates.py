@@ -43,7 +43,7 @@ RATE_RULES = {
     "ecc_correctable_per_hour": (
         "ecc_rate", "gpu", "ecc_volatile_correctable", 10, HOUR, "fail", "hardware_inspection",
         "correctable (single-bit) ECC errors",
-        "isolate the GPU (drain), run dcgmi diag -r 3 and watch row remapping; RMA if it goes on",
+        "isolate the GPU, run dcgmi diag -r 3 and watch row remapping; RMA if it goes on",
     ),
     "ecc_uncorrectable_per_day": (
         "ecc_rate", "gpu", "ecc_volatile_uncorrectable", 0, 24 * HOUR, "fail", "reset_gpu",

@@ -382,7 +382,7 @@ def main(argv=None, environ=None, runner=subprocess.run, out=None, err=None):
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as stop:
-        return node_verdict.EXIT_CONFIG if stop.code else node_verdict.EXIT_HEALTHY
+        return node_verdict.EXIT_HEALTHY if stop.code in (0, None) else node_verdict.EXIT_CONFIG
     try:
         config = load_config(args.config, _overrides(args))
         host = LocalHost(reader_params(config), runner=runner, environ=environ)
@@ -427,7 +427,3 @@ def main(argv=None, environ=None, runner=subprocess.run, out=None, err=None):
     elif payload["notes"] and not payload["healthy"]:
         err.write("".join("note: %s\n" % note for note in payload["notes"]))
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

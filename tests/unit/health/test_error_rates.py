@@ -85,7 +85,7 @@ def test_ten_within_the_hour_is_the_limit_not_above_it():
 def test_a_slow_trickle_sampled_every_five_minutes_is_counted_over_the_hour():
     """3 new errors every 5 minutes never exceed 10 per sample, but do within one hour."""
     history = [sample(i * 300.0, with_counts(H100, 1, correctable=3 * i)) for i in range(4)]
-    checks, _ = error_rates.judge(history, sample(4 * 300.0, with_counts(H100, 1, correctable=12)))
+    checks, _notes = error_rates.judge(history, sample(4 * 300.0, with_counts(H100, 1, correctable=12)))
     [bad] = failing(checks)
     assert bad["gpu_index"] == 1
     assert bad["detail"].startswith("12 correctable")
@@ -107,21 +107,21 @@ def test_a_reboot_resets_volatile_counters_and_what_they_hold_counts():
 
 
 def test_a_new_uncorrectable_error_fails_with_a_reset():
-    checks, _ = error_rates.judge([sample(0.0)], sample(HOUR, with_counts(H100, 6, uncorrectable=1)))
+    checks, _notes = error_rates.judge([sample(0.0)], sample(HOUR, with_counts(H100, 6, uncorrectable=1)))
     [bad] = failing(checks)
     assert bad["action"] == "reset_gpu"
     assert bad["detail"].startswith("1 uncorrectable (double-bit) ECC errors in 60 min")
 
 
 def test_a_new_remapped_row_warns():
-    checks, _ = error_rates.judge([sample(0.0)], sample(HOUR, with_counts(H100, 2, remapped=1)))
+    checks, _notes = error_rates.judge([sample(0.0)], sample(HOUR, with_counts(H100, 2, remapped=1)))
     warned = [c for c in checks if c["status"] == "warn"]
     assert [(c["name"], c["gpu_index"]) for c in warned] == [("row_remap_rate", 2)]
 
 
 def test_thresholds_are_configurable_and_checked():
     limits = error_rates.thresholds({"ecc_correctable_per_hour": 50})
-    checks, _ = error_rates.judge([sample(0.0)], sample(600.0, with_counts(H100, 3, correctable=40)), limits)
+    checks, _notes = error_rates.judge([sample(0.0)], sample(600.0, with_counts(H100, 3, correctable=40)), limits)
     assert not failing(checks)
     with pytest.raises(ValueError, match="unknown 'ecc_per_hour'"):
         error_rates.thresholds({"ecc_per_hour": 1})
@@ -131,7 +131,7 @@ def test_thresholds_are_configurable_and_checked():
 
 def test_a_replaced_gpu_starts_its_own_baseline():
     replaced = H100.replace("GPU-1c7a6f02-8d2e-4b71-9a55-0e4f3b7c2d10", "GPU-00000000-0000-0000-0000-000000000000")
-    checks, _ = error_rates.judge([sample(0.0)], sample(600.0, with_counts(replaced, 0, correctable=500)))
+    checks, _notes = error_rates.judge([sample(0.0)], sample(600.0, with_counts(replaced, 0, correctable=500)))
     gpu0 = next(c for c in checks if c["name"] == "ecc_rate" and c["gpu_index"] == 0)
     assert gpu0["status"] == "pass"
     assert "baseline set" in gpu0["detail"]
@@ -150,7 +150,7 @@ def test_infiniband_error_counters_rising_fail_and_a_link_down_warns(ib_tree):
     (counters / "symbol_error").write_text("%d\n" % (int((counters / "symbol_error").read_text()) + 25))
     (counters / "link_downed").write_text("%d\n" % (int((counters / "link_downed").read_text()) + 1))
     after = sample(900.0, ib=infiniband.read_ports(str(ib_tree)))
-    checks, _ = error_rates.judge([before], after)
+    checks, _notes = error_rates.judge([before], after)
     port = [c for c in checks if c["name"] == "infiniband_rate" and c["detail"].startswith("mlx5_0:1:")]
     assert [c["status"] for c in port] == ["fail"]
     assert "25 InfiniBand port errors in 15 min" in port[0]["detail"]

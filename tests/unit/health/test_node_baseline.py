@@ -39,17 +39,17 @@ def test_the_first_figure_is_recorded_from_a_healthy_run():
 def test_a_regression_against_the_node_itself_fails():
     stored = node_baseline.update({}, node_baseline.figures({"nccl": {"parsed": GOOD}}), HEALTHY, 0.0)
     slow = node_baseline.figures({"nccl": {"parsed": SLOW}})
-    checks, _ = node_baseline.judge(stored, slow, HEALTHY, 10.0)
+    checks, _baseline = node_baseline.judge(stored, slow, HEALTHY, 10.0)
     assert [(c["name"], c["status"], c["action"]) for c in checks] == [("nccl_baseline", "fail", "hardware_inspection")]
     assert "below this node's last good %.1f GB/s" % GOOD["busbw_gbps"] in checks[0]["detail"]
 
 
 def test_a_regression_against_the_fleet_median_fails_without_a_node_baseline():
     found = node_baseline.figures({"nccl": {"parsed": GOOD}})
-    checks, _ = node_baseline.judge({}, found, HEALTHY, 0.0, fleet_busbw=GOOD["busbw_gbps"] * 1.2)
+    checks, _baseline = node_baseline.judge({}, found, HEALTHY, 0.0, fleet_busbw=GOOD["busbw_gbps"] * 1.2)
     assert checks[0]["status"] == "fail"
     assert "the fleet's median" in checks[0]["detail"]
-    checks, _ = node_baseline.judge({}, found, HEALTHY, 0.0, fleet_busbw=GOOD["busbw_gbps"] * 1.05)
+    checks, _baseline = node_baseline.judge({}, found, HEALTHY, 0.0, fleet_busbw=GOOD["busbw_gbps"] * 1.05)
     assert checks[0]["status"] == "pass"
 
 
@@ -58,7 +58,7 @@ def test_dcgm_bandwidth_figures_against_the_node_baseline():
     assert found["dcgm"] == {"PCIe gpu0 gpu 0 host to gpu bandwidth": 54.2, "PCIe gpu0 gpu to host bandwidth": 55.1}
     stored = node_baseline.update({}, found, HEALTHY, 0.0)
     lower = {"dcgm": {key: value * 0.8 for key, value in found["dcgm"].items()}, "nccl_busbw_gbps": None}
-    checks, _ = node_baseline.judge(stored, lower, HEALTHY, 1.0)
+    checks, _baseline = node_baseline.judge(stored, lower, HEALTHY, 1.0)
     assert [(c["name"], c["status"]) for c in checks] == [("dcgm_baseline", "fail")]
 
 
