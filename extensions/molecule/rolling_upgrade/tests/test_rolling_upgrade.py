@@ -1,4 +1,4 @@
-"""playbooks/rolling_upgrade.yml on the lab with a real Slurm 22.05 (molecule verify).
+"""playbooks/rolling_upgrade.yml on the lab with a real Slurm 24.11 (molecule verify).
 
 The scenario converged four L40S lab nodes (ru-gpu1 the canary) on driver 550.127.05 with slurmd,
 and a controller ru-ctl. The cases run in file order, each on the state the one before left:
@@ -27,11 +27,23 @@ and a controller ru-ctl. The cases run in file order, each on the state the one 
 5. a job without a time limit on ru-gpu2 with ``gpuops_upgrade_on_drain_timeout: continue`` (to
    550.127.08, the canary already there, so the first node of the window's order, idle ru-gpu3, is
    the canary): ru-gpu2 is never drained, it is deferred in service and not upgraded; the run goes
-   on and ends ``partial``, naming ru-gpu2.
+   on and ends ``partial``, naming ru-gpu2;
+6. a job with a 10-minute time limit that ends after 60 s on ru-gpu4, ``max_job_wait`` 300 s (to
+   580.65.06): Slurm's EndTime is beyond the wait, so the node keeps its job, in service; it is
+   admitted once the job has ended (the window's fresh reads see it), not before and not only at
+   EndTime - max_job_wait (a 60 s canary soak keeps work in flight past the job's end; reads every 10 s);
+7. a job admitted within the wait (a 3-minute limit, ``max_job_wait`` 150 s) whose time limit is raised
+   to an hour while its node drains (to 550.127.08): the wait runs out, the node is resumed and
+   reported deferred (its job still running on a node in service, never drained and idle), the run
+   finishes the other nodes and ends ``partial``;
+8. the gate fails closed: ``dcgmi`` removed from the canary (the stand-in of
+   extensions/molecule/lab/gpu_tools.yml), the run to 580.65.06 halts at its gate, which names the
+   missing tool; no other node is touched.
 
 Every run goes through tests/integration/playbook_run.run_playbook (ansible-runner) with the
 scenario's inventory; assertions read the run's audit report (statuses, drain records, gates, the
-window's timeline and its rule check) and the nodes (dpkg-query, sinfo --json, scontrol). Nothing
+window's timeline and its rule check) and the nodes (dpkg-query, scontrol show nodes --json, and
+``scontrol show node -o``; sinfo --json on Slurm 22.05, where the same tests run in slurm_22_05). Nothing
 asserts on durations; wall times, module calls per node and the time from the canary's failed gate
 to the halt are written to ``.lab/rolling_upgrade_measures.json`` for the issue's note.
 """
@@ -103,12 +115,43 @@ def installed(node: str) -> dict[str, str]:
 
 
 def slurm_nodes() -> dict[str, dict]:
+    """Each node as ``{name, state (base state, lower case), flags (upper case), reason, raw}``.
+
+    Slurm 23.02+: ``scontrol show nodes --json`` (one record per node, ``state`` a list such as
+    ``["IDLE", "DRAIN"]``); Slurm 22.05 has no ``scontrol --json``: ``sinfo --json`` (``state`` one
+    word, ``state_flags``), as tests/fixtures/slurm/README.md shows for both.
+    """
+    done = subprocess.run(
+        ["podman", "exec", CONTROLLER, "scontrol", "show", "nodes", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode == 0:
+        nodes = {}
+        for node in json.loads(done.stdout)["nodes"]:
+            words = [word.upper() for word in node["state"]]
+            nodes[node["name"]] = {"state": words[0].lower(), "flags": set(words[1:]), "reason": node["reason"]}
+        return {name: dict(node, name=name) for name, node in nodes.items()}
     data = json.loads(sh(CONTROLLER, "sinfo", "--json"))
-    return {n["name"]: n for n in data["nodes"]}
+    return {
+        n["name"]: {
+            "name": n["name"],
+            "state": n["state"].lower(),
+            "flags": {flag.upper() for flag in n.get("state_flags") or []},
+            "reason": n["reason"],
+        }
+        for n in data["nodes"]
+    }
+
+
+def scontrol_node(name: str) -> str:
+    """``scontrol show node -o NAME``: the one line an operator reads."""
+    return sh(CONTROLLER, "scontrol", "show", "node", "-o", name).strip()
 
 
 def drained(node: dict) -> bool:
-    return "DRAIN" in [flag.upper() for flag in node.get("state_flags") or []]
+    return "DRAIN" in node["flags"]
 
 
 def wait_for(what, predicate, timeout: float = 120.0):
@@ -305,7 +348,7 @@ def test_nodes_resumed_and_the_foreign_drain_kept(healthy):
             assert node["reason"] == FOREIGN_REASON
         else:
             assert not drained(node), node
-            assert node["state"].lower() in {"idle", "mixed", "allocated"}, node
+            assert node["state"] in {"idle", "mixed", "allocated"}, node
 
 
 @pytest.fixture(scope="module", name="unhealthy_canary")
@@ -376,7 +419,7 @@ def fixture_aborted(workdir, unhealthy_canary):
     first, first_audit, _unused = upgrade(workdir, "aborted", BRANCH, **settings)
     state = {"slurm": slurm_nodes(), "installed": {n: installed(n) for n in NODES}}
     sh(CONTROLLER, "scancel", job)
-    wait_for(f"job {job} gone from {blocked}", lambda: slurm_nodes()[blocked]["state"].lower() != "allocated")
+    wait_for(f"job {job} gone from {blocked}", lambda: slurm_nodes()[blocked]["state"] != "allocated")
     # the others are on the target already: ru-gpu3 alone is left, and it is its own canary
     rerun, rerun_audit, wall = upgrade(workdir, "rerun", BRANCH, **settings)
     record("rerun_one_node_wall_s", wall)
@@ -548,3 +591,177 @@ def test_continue_ends_partial_and_names_the_node(continued):
     assert [node["host"] for node in audit["not_upgraded"]] == [blocked]
     summary = run.results_for(play="Report the rolling upgrade", task="Print the summary")[0].result["msg"]
     assert f"NOT UPGRADED: {blocked} (deferred); see their reasons above" in summary
+
+
+def job_times(job: str) -> dict[str, datetime.datetime]:
+    """The job's StartTime and EndTime from ``scontrol show job -o`` (UTC: the lab nodes have no time zone)."""
+    line = sh(CONTROLLER, "scontrol", "show", "job", "-o", job)
+    fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+    return {
+        key: datetime.datetime.fromisoformat(fields[name]).replace(tzinfo=datetime.timezone.utc)
+        for key, name in (("start", "StartTime"), ("end", "EndTime"))
+    }
+
+
+def admitted_at(audit: dict, host: str) -> datetime.datetime:
+    start = next(start for name, start, _end in audit["window"]["timeline"] if name == host)
+    return datetime.datetime.fromtimestamp(start, tz=datetime.timezone.utc)
+
+
+@pytest.fixture(scope="module", name="ended_early")
+def fixture_ended_early(workdir, continued):
+    """Case 6: a job with a 10-minute time limit that ends after 60 s; max_job_wait 300 s (below 10 min)."""
+    assert continued[1].rc == 0
+    busy = NODES[3]
+    job = submit_job(busy, "sleep 60", minutes=10)
+    submitted = job_times(job)
+    run, audit, wall = upgrade(
+        workdir,
+        "ended_early",
+        BRANCH,
+        gpuops_upgrade_max_unavailable=2,
+        gpuops_upgrade_max_job_wait=300,
+        gpuops_upgrade_refresh_interval=10,
+        # the canary (first and alone) holds the window past the job's real end, so the run has work in
+        # flight when the job ends: what the window does then is the case (not a deferral for want of work)
+        gpuops_upgrade_canary_soak_seconds=60,
+    )
+    state = {
+        "job_state": settled_job_state(job),
+        "times": job_times(job),
+        "planned_end": submitted["end"],
+        "slurm": slurm_nodes(),
+        "installed": {n: installed(n) for n in NODES},
+    }
+    record("ended_early_run_wall_s", wall)
+    if busy in touched(audit):
+        record(
+            "ended_early_job_end_to_admission_s",
+            round((admitted_at(audit, busy) - state["times"]["end"]).total_seconds(), 1),
+        )
+    return busy, run, audit, state
+
+
+def test_a_job_ending_early_admits_its_node_when_it_ends_not_before(ended_early):
+    busy, run, audit, state = ended_early
+    assert run.rc == 0, run.stdout[-4000:]
+    assert state["job_state"] == "COMPLETED"
+    # Slurm knew only the time limit: EndTime 10 minutes after the start, beyond the 300 s wait
+    assert (state["planned_end"] - state["times"]["start"]).total_seconds() == 600
+    assert node_of(audit, busy)["status"] == "upgraded", node_of(audit, busy)
+    admitted = admitted_at(audit, busy)
+    # not before: the node kept its job, in service, until the job ended (it was never drained under it)
+    assert admitted >= state["times"]["end"] - datetime.timedelta(seconds=1), (admitted, state["times"])
+    assert node_of(audit, busy)["drain"]["waited"] < 5
+    # when the job ends: well before the time the plan alone allowed (EndTime - max_job_wait)
+    assert admitted < state["planned_end"] - datetime.timedelta(seconds=300), (admitted, state["planned_end"])
+    assert state["installed"][busy]["nvidia-driver"].startswith(BRANCH)
+    assert not drained(state["slurm"][busy]), scontrol_node(busy)
+    assert audit["window"]["violations"] == []
+
+
+def extend_when_draining(node: str, job: str, minutes: int) -> threading.Thread:
+    """Once ``node`` is draining under ``job``, raise the job's time limit (a user's extension, granted by an admin)."""
+
+    def extend():
+        wait_for(f"{node} draining", lambda: drained(slurm_nodes()[node]), timeout=600)
+        sh(CONTROLLER, "scontrol", "update", f"jobid={job}", f"TimeLimit={minutes}")
+
+    thread = threading.Thread(target=extend, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture(scope="module", name="outlasted")
+def fixture_outlasted(workdir, ended_early):
+    """Case 7: a 3-minute job admitted within a 150 s wait, then extended to an hour while its node drains."""
+    _unused, first, _unused, _unused = ended_early
+    assert first.rc == 0
+    busy = NODES[2]
+    job = submit_job(busy, "sleep 3600", minutes=3)
+    extension = extend_when_draining(busy, job, 60)
+    try:
+        run, audit, wall = upgrade(
+            workdir,
+            "outlasted",
+            NEW,
+            # room for the busy node next to the canary's successors: it is admitted right after the canary
+            gpuops_upgrade_max_unavailable=3,
+            gpuops_upgrade_max_job_wait=150,
+            gpuops_upgrade_on_drain_timeout="continue",
+        )
+        extension.join(timeout=30)
+        state = {
+            "job_state": job_state(job),
+            "slurm": slurm_nodes(),
+            "line": scontrol_node(busy),
+            "installed": {n: installed(n) for n in NODES},
+        }
+    finally:
+        sh(CONTROLLER, "scancel", job, check=False)
+    record("outlasted_run_wall_s", wall)
+    return busy, run, audit, state
+
+
+def test_a_job_outlasting_the_wait_leaves_its_node_in_service_and_deferred(outlasted):
+    busy, run, audit, state = outlasted
+    assert run.rc == 0, run.stdout[-4000:]
+    entry = node_of(audit, busy)
+    assert entry["status"] == "deferred", entry
+    assert entry["drain"]["action"] == "drain"
+    assert entry["drain"]["timed_out"]
+    # resumed, never left drained: the job still runs on a node in service
+    assert state["job_state"] == "RUNNING"
+    assert not drained(state["slurm"][busy]), state["line"]
+    assert "DRAIN" not in state["line"].split("State=", 1)[1].split()[0]
+    assert state["slurm"][busy]["state"] in {"mixed", "allocated"}, state["line"]
+    assert not state["installed"][busy]["nvidia-driver"].startswith(NEW)
+
+
+def test_the_run_finishes_the_other_nodes_and_names_the_deferred_one(outlasted):
+    busy, _unused, audit, state = outlasted
+    assert audit["result"] == "partial"
+    assert audit["halted_by"] is None
+    assert [node["host"] for node in audit["not_upgraded"]] == [busy]
+    for name in NODES:
+        if name != busy:
+            assert node_of(audit, name)["status"] in {"upgraded", "skipped"}
+            assert state["installed"][name]["nvidia-driver"].startswith(NEW)
+            assert not drained(state["slurm"][name])
+
+
+DCGMI = "/usr/bin/dcgmi"
+
+
+@pytest.fixture(scope="module", name="no_dcgmi")
+def fixture_no_dcgmi(workdir, outlasted):
+    """Case 8: dcgmi removed from the canary (the gate fails closed): to BRANCH, the run halts at the canary."""
+    assert outlasted[1].rc == 0
+    sh(CANARY, "mv", DCGMI, DCGMI + ".removed")
+    before = {n: installed(n) for n in NODES}
+    try:
+        run, audit, wall = upgrade(workdir, "no_dcgmi", BRANCH, gpuops_upgrade_max_unavailable=2)
+        state = {"before": before, "after": {n: installed(n) for n in NODES}, "slurm": slurm_nodes()}
+    finally:
+        sh(CANARY, "mv", DCGMI + ".removed", DCGMI)
+    record("no_dcgmi_run_wall_s", wall)
+    return run, audit, state
+
+
+def test_the_gate_fails_closed_when_dcgmi_is_removed(no_dcgmi):
+    run, audit, state = no_dcgmi
+    assert run.rc != 0
+    assert audit["result"] == "halted"
+    assert audit["halted_by"]["host"] == CANARY
+    assert "health gate" in audit["halted_by"]["reason"]
+    node = node_of(audit, CANARY)
+    assert node["status"] == "failed"
+    assert [(gate["level"], gate["healthy"]) for gate in node["gates"]] == [("extended", False)]
+    assert any("dcgmi not installed" in failure for failure in node["gates"][0]["failed"]), node["gates"]
+    # halted at the canary: no other node touched, the canary left drained for its operator
+    assert touched(audit) == {CANARY}
+    for name in NODES[1:]:
+        assert state["after"][name] == state["before"][name]
+        assert not drained(state["slurm"][name])
+    assert drained(state["slurm"][CANARY])
+    assert state["slurm"][CANARY]["reason"].startswith(f"gpuops-upgrade[{audit['run_id']}]: failed")

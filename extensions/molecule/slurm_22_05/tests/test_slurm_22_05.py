@@ -1,0 +1,81 @@
+"""The rolling upgrade on Slurm 22.05 (molecule verify of slurm_22_05): one healthy rollout.
+
+Two L40S lab nodes (s22-gpu1 the canary, a job running on it from converge) on 550.127.05, a Slurm
+22.05 controller: the run to 550.127.08 one node at a time gates the canary at ``extended`` (the
+stand-in dcgmi and all_reduce_perf) and the other at ``standard``, waits for the canary's job,
+upgrades both and resumes them. The helpers are the rolling_upgrade scenario's (Slurm read through
+``sinfo --json`` here: 22.05 has no ``scontrol --json``); its cases run on Slurm 24.11.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[2] / "rolling_upgrade" / "tests" / "test_rolling_upgrade.py"
+_SPEC = importlib.util.spec_from_file_location("rolling_upgrade_cases", _PATH)
+ru = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(ru)
+
+
+@pytest.fixture(scope="module", name="rollout")
+def fixture_rollout(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("slurm_22_05")
+    version = ru.sh(ru.CONTROLLER, "sinfo", "--version").strip()
+    # no scontrol --json on 22.05: the helpers (and the product) read sinfo --json
+    scontrol_json = subprocess.run(
+        ["podman", "exec", ru.CONTROLLER, "scontrol", "show", "nodes", "--json"], capture_output=True, check=False
+    )
+    assert all(ru.installed(node)["nvidia-driver"].startswith(ru.OLD) for node in ru.NODES)
+    ru.sh(ru.CANARY, "rm", "-f", ru.RELEASE)
+    job = ru.submit_job(ru.CANARY, ru.UNTIL_RELEASED, minutes=5)
+    release = ru.release_when_draining(ru.CANARY)
+    run, audit, wall = ru.upgrade(
+        workdir, "healthy_22_05", ru.NEW, gpuops_upgrade_max_unavailable=1, gpuops_upgrade_max_job_wait=600
+    )
+    release.join(timeout=30)
+    ru.sh(ru.CANARY, "rm", "-f", ru.RELEASE)
+    state = {
+        "version": version,
+        "scontrol_json_rc": scontrol_json.returncode,
+        "job_state": ru.settled_job_state(job),
+        "slurm": ru.slurm_nodes(),
+        "sinfo": json.loads(ru.sh(ru.CONTROLLER, "sinfo", "--json")),
+        "installed": {node: ru.installed(node) for node in ru.NODES},
+    }
+    ru.record("slurm_22_05_rollout_wall_s", wall)
+    return run, audit, state
+
+
+def test_the_controller_runs_slurm_22_05(rollout):
+    _unused, _unused, state = rollout
+    assert state["version"].startswith("slurm-wlm 22.05"), state["version"]
+    assert state["scontrol_json_rc"] != 0
+    assert state["sinfo"]["meta"]["Slurm"]["release"].startswith("22.05")
+
+
+def test_every_node_upgraded_gated_and_resumed(rollout):
+    run, audit, state = rollout
+    assert run.rc == 0, run.stdout[-4000:]
+    assert audit["result"] == "completed"
+    assert ru.statuses(audit) == dict.fromkeys(ru.NODES, "upgraded")
+    levels = {node["host"]: [gate["level"] for gate in node["gates"]] for node in audit["nodes"]}
+    assert levels == {ru.CANARY: ["extended"], **{n: ["standard"] for n in ru.NODES if n != ru.CANARY}}
+    assert all(gate["healthy"] for node in audit["nodes"] for gate in node["gates"])
+    for node in ru.NODES:
+        assert state["installed"][node]["nvidia-driver"].startswith(ru.NEW)
+        assert not ru.drained(state["slurm"][node]), state["slurm"][node]
+        assert state["slurm"][node]["state"] in {"idle", "mixed", "allocated"}
+
+
+def test_the_canary_drain_waited_for_its_job(rollout):
+    _unused, audit, state = rollout
+    drain = ru.node_of(audit, ru.CANARY)["drain"]
+    assert drain["ours"]
+    assert drain["waited"] > 0
+    assert not drain["timed_out"]
+    assert state["job_state"] == "COMPLETED"
