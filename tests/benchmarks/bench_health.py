@@ -32,10 +32,11 @@ import contextlib
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
-    gpu_health,
+    health_checks,
     kernel_log,
     nvidia_smi_xml,
     nvlink,
+    prometheus_textfile,
 )
 from ansible_collections.gpuops.cluster.plugins.modules import gpu_health as module
 
@@ -111,10 +112,10 @@ def main():
         "nvlink_status": nvlink.parse_status((FIXTURES / "nvlink/h100-8x-status-healthy.txt").read_text()),
     }
     report(
-        "evaluate (8 GPUs, 9 events, NVLink)", *timed(lambda: gpu_health.evaluate(inputs, {"expected_gpu_count": 8}))
+        "evaluate (8 GPUs, 9 events, NVLink)", *timed(lambda: health_checks.evaluate(inputs, {"expected_gpu_count": 8}))
     )
-    result = gpu_health.evaluate(inputs)
-    report("render Prometheus textfile", *timed(lambda: gpu_health.render_prometheus(result, 0)))
+    result = health_checks.evaluate(inputs)
+    report("render Prometheus textfile", *timed(lambda: prometheus_textfile.render_prometheus(result, 0)))
 
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"), ANSIBLE_LOCALHOST_WARNING="false")
     argv = [

@@ -4,7 +4,7 @@
 
 A snapshot says how many errors a GPU has; an operator acts on how fast they grow. The node keeps
 its earlier samples (see :mod:`health_state`); :func:`take_sample` turns this run's readings into one
-sample, :func:`judge` compares it with the history and returns checks in :mod:`gpu_health`'s shape
+sample, :func:`judge` compares it with the history and returns checks in :mod:`health_checks`' shape
 plus the history to keep. The first run (no history) sets the baseline and says so.
 
 Rules (:data:`RATE_RULES`, one table: the name is the threshold's key, the window is in the name):

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Each node's own baseline: its last good NCCL bus bandwidth and DCGM figures, and what was already failing. Pure.
 
-One fixed threshold table (``gpu_health.NCCL_BUSBW_GBPS``) cannot tell a node that lost 15 % of its bandwidth
+One fixed threshold table (``thresholds.NCCL_BUSBW_GBPS``) cannot tell a node that lost 15 % of its bandwidth
 from one that never had more: the node is compared with itself. The baseline (stored with the node's state,
 see :mod:`health_state`) is::
 

@@ -5,7 +5,7 @@
 The role gpuops.cluster.gpu_healthcheck lays this package out under ``/usr/local/lib/gpuops-health`` (the same
 ``ansible_collections.gpuops.cluster.plugins.module_utils`` import paths as the module) and installs a launcher
 in ``/usr/local/sbin`` that calls :func:`main`. The same readers (:class:`node_reader.NodeReader`) and the same
-evaluator (:func:`gpu_health.evaluate`) judge the node as ``gpuops.cluster.gpu_health`` does, plus:
+evaluator (:func:`health_checks.evaluate`) judge the node as ``gpuops.cluster.gpu_health`` does, plus:
 
 - error rates and fatal Xid repeats against the node's own earlier samples (:mod:`error_rates`), kept with the
   kernel-log cursor ("since the last run") in ``/var/lib/gpuops-health/state.json`` (:mod:`health_state`);
@@ -34,12 +34,14 @@ import time
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value, under
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     error_rates,
-    gpu_health,
+    health_checks,
     health_state,
     kernel_log,
     node_baseline,
     node_history,
     node_verdict,
+    prometheus_textfile,
+    thresholds,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.health.node_reader import KILL_AFTER, NodeReader
 
@@ -112,15 +114,15 @@ def load_config(path, overrides=None):
             if key not in CONFIG_DEFAULTS:
                 raise ConfigError("%s: unknown key %r (known: %s)" % (source, key, ", ".join(sorted(CONFIG_DEFAULTS))))
             config[key] = _checked(source, key, value)
-    unknown = set(config["thresholds"]) - set(gpu_health.DEFAULT_THRESHOLDS)
+    unknown = set(config["thresholds"]) - set(thresholds.DEFAULTS)
     if unknown:
-        known = ", ".join(sorted(gpu_health.DEFAULT_THRESHOLDS))
+        known = ", ".join(sorted(thresholds.DEFAULTS))
         raise ConfigError("thresholds: unknown %s (known: %s)" % (", ".join(sorted(unknown)), known))
     try:
         error_rates.thresholds(config["rate_thresholds"])
     except ValueError as error:
         raise ConfigError(str(error)) from error
-    known = set(gpu_health.CHECKS) | set(EXTRA_CHECKS)
+    known = set(health_checks.CHECKS) | set(EXTRA_CHECKS)
     unknown = set(config["skip_checks"]) - known
     if unknown:
         raise ConfigError(
@@ -265,7 +267,7 @@ def reader_params(config):
         "all_reduce_perf_path": config["all_reduce_perf_path"],
         "command_timeout": config["command_timeout"],
         "diag_timeout": config["diag_timeout"],
-        "skip_checks": [name for name in config["skip_checks"] if name in gpu_health.CHECKS],
+        "skip_checks": [name for name in config["skip_checks"] if name in health_checks.CHECKS],
     }
 
 
@@ -299,7 +301,7 @@ def run_once(config, host, now, state_store=None, lock_wait=None):
         reader = NodeReader(host, root=config["root"])
         inputs = reader.read_all(False, since)
         notes.extend(reader.notes)
-        verdict = gpu_health.evaluate(inputs, evaluate_options(config))
+        verdict = health_checks.evaluate(inputs, evaluate_options(config))
         history_options = {
             key: config[key]
             for key in ("rate_thresholds", "baseline_max_regression", "fleet_nccl_busbw_gbps", "skip_checks")
@@ -331,7 +333,7 @@ def run_once(config, host, now, state_store=None, lock_wait=None):
 
 
 def prometheus_text(verdict, now, duration):
-    return gpu_health.render_prometheus(verdict, now) + (
+    return prometheus_textfile.render_prometheus(verdict, now) + (
         "# HELP gpuops_gpu_health_duration_seconds How long the node-side health command took.\n"
         "# TYPE gpuops_gpu_health_duration_seconds gauge\n"
         "gpuops_gpu_health_duration_seconds %.3f\n" % duration

@@ -4,7 +4,7 @@
 
 Shared by the node-side command (which stores the result, :mod:`node_command`) and the ``gpu_health`` module
 (option ``node_state``: reads the command's state and stores nothing, so the upgrade gate can tell a regression
-from a condition that was there before). :func:`judge` takes :func:`gpu_health.evaluate`'s verdict and returns it
+from a condition that was there before). :func:`judge` takes :func:`health_checks.evaluate`'s verdict and returns it
 with the rate, repeat and baseline checks added and pre-existing failures marked, and the state to store.
 """
 

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the ``gpu_health`` module knows how to read from a GPU node, live or from captured files.
 
-``NodeReader`` gathers the inputs of :func:`gpu_health.evaluate`: ``nvidia-smi -q -x`` (one call), the
+``NodeReader`` gathers the inputs of :func:`health_checks.evaluate`: ``nvidia-smi -q -x`` (one call), the
 kernel log (``journalctl -k`` or ``dmesg -T``), ``nvidia-smi nvlink -s``/``-e``, InfiniBand ports from
 sysfs, the Fabric Manager state, ``dcgmi diag`` and nccl-tests. Every file of the node it reads
 (``/proc/stat``, ``/proc/driver/nvidia-nvswitch/devices``, ``/sys/class/infiniband``) is read under
@@ -119,7 +119,7 @@ class NodeReader:
         return None
 
     def read_all(self, offline, since):
-        """Every input of :func:`gpu_health.evaluate`, in the order the module has always read them."""
+        """Every input of :func:`health_checks.evaluate`, in the order the module has always read them."""
         smi = self.smi()
         inputs = {"smi": smi, "kernel": self.kernel(offline, since)}
         inputs["nvlink_status"], inputs["nvlink_errors"] = self.nvlink(offline, smi)

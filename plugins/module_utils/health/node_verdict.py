@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The node-side verdict as NHC callers read it: an exit code and one line. Pure.
 
-:func:`with_checks` adds checks judged outside :func:`gpu_health.evaluate` (rates, repeats, baselines) to its
+:func:`with_checks` adds checks judged outside :func:`health_checks.evaluate` (rates, repeats, baselines) to its
 result and recomputes ``healthy``, ``actions`` and ``summary`` the way ``evaluate`` does.
 :func:`reason` picks the one failure to name (the strongest action first, then the order of the checks) and
 writes it as the operator reads it in ``sinfo -R``::

@@ -10,7 +10,7 @@ import pathlib
 import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
-    gpu_health,
+    health_checks,
     kernel_log,
     nvidia_smi_xml,
     nvlink,
@@ -38,7 +38,7 @@ def statuses(result, name):
 
 
 def test_fallen_off_bus_without_xid_fails_and_names_the_gpu(fixture_text):
-    result = gpu_health.evaluate(
+    result = health_checks.evaluate(
         {
             "smi": smi(fixture_text, "h100-sxm-7of8.xml"),
             "kernel": kernel_log.parse(fixture_text("kernel-log/fallen-off-bus-dmesg.log")),
@@ -61,7 +61,7 @@ def test_fallen_off_bus_without_xid_fails_and_names_the_gpu(fixture_text):
 
 
 def test_fallen_off_bus_with_its_xid_79_says_so(fixture_text):
-    result = gpu_health.evaluate(
+    result = health_checks.evaluate(
         {
             "smi": smi(fixture_text, "h100-sxm-7of8.xml"),
             "kernel": kernel_log.parse(fixture_text("kernel-log/xid-dmesg.log")),
@@ -75,7 +75,7 @@ def test_fallen_off_bus_with_its_xid_79_says_so(fixture_text):
 
 def test_lost_gpu_without_any_address_fails_the_node():
     text = "[ 10.5] NVRM: GPU is lost, skipping nvidia_ioctl\n"
-    result = gpu_health.evaluate({"smi": None, "kernel": kernel_log.parse(text)}, {})
+    result = health_checks.evaluate({"smi": None, "kernel": kernel_log.parse(text)}, {})
     (lost,) = by_name(result, "fallen_off_bus")
     assert lost["status"] == "fail"
     assert lost["pci_bus_id"] is None
@@ -83,7 +83,8 @@ def test_lost_gpu_without_any_address_fails_the_node():
 
 
 def test_clean_log_passes_fallen_off_bus(fixture_text):
-    result = gpu_health.evaluate({"kernel": kernel_log.parse(fixture_text("kernel-log/clean-journal-short-iso.log"))})
+    log = kernel_log.parse(fixture_text("kernel-log/clean-journal-short-iso.log"))
+    result = health_checks.evaluate({"kernel": log})
     assert statuses(result, "fallen_off_bus") == ["pass"]
 
 
@@ -93,7 +94,7 @@ def test_clean_log_passes_fallen_off_bus(fixture_text):
 def test_all_links_inactive_on_every_sxm_gpu_fails_every_gpu(fixture_text):
     status = nvlink.parse_status(fixture_text("nvlink/h100-8x-status-all-inactive.txt"))
     assert all(gpu["all_inactive"] and not gpu["links"] for gpu in status["gpus"])
-    result = gpu_health.evaluate({"smi": smi(fixture_text, "h100-sxm-8x-healthy.xml"), "nvlink_status": status})
+    result = health_checks.evaluate({"smi": smi(fixture_text, "h100-sxm-8x-healthy.xml"), "nvlink_status": status})
     checks = by_name(result, "nvlink")
     assert [c["status"] for c in checks] == ["fail"] * 8
     assert [c["gpu_index"] for c in checks] == list(range(8))
@@ -103,7 +104,7 @@ def test_all_links_inactive_on_every_sxm_gpu_fails_every_gpu(fixture_text):
 
 def test_all_inactive_model_from_the_nvlink_header_when_nvidia_smi_xml_is_missing(fixture_text):
     status = nvlink.parse_status(fixture_text("nvlink/b200-gpu2-all-inactive.txt"))
-    (check,) = by_name(gpu_health.evaluate({"nvlink_status": status}), "nvlink")
+    (check,) = by_name(health_checks.evaluate({"nvlink_status": status}), "nvlink")
     assert check["status"] == "fail"
     assert check["gpu_index"] == 2
     assert "NVIDIA B200 has 18 NVLinks" in check["detail"]
@@ -114,9 +115,9 @@ def test_unknown_model_behind_nvswitch_needs_links(fixture_text):
     parsed = smi(fixture_text, "h100-sxm-8x-healthy.xml")
     for gpu in parsed["gpus"]:
         gpu["product_name"], gpu["fabric"] = "NVIDIA X9", {}
-    without = gpu_health.evaluate({"smi": parsed, "nvlink_status": status})
+    without = health_checks.evaluate({"smi": parsed, "nvlink_status": status})
     assert statuses(without, "nvlink") == ["skip"]  # nothing says links belong there: as before
-    behind = gpu_health.evaluate({"smi": parsed, "nvlink_status": status, "nvswitch": ["0000:05:00.0"]})
+    behind = health_checks.evaluate({"smi": parsed, "nvlink_status": status, "nvswitch": ["0000:05:00.0"]})
     assert set(statuses(behind, "nvlink")) == {"fail"}
     assert "NVSwitches on this node" in by_name(behind, "nvlink")[0]["detail"]
 
@@ -125,7 +126,7 @@ def test_fewer_links_than_the_model_has_fails(fixture_text):
     text = "\n".join(
         line for line in fixture_text("nvlink/h100-8x-status-healthy.txt").splitlines() if "Link 17:" not in line
     )
-    result = gpu_health.evaluate(
+    result = health_checks.evaluate(
         {"smi": smi(fixture_text, "h100-sxm-8x-healthy.xml"), "nvlink_status": nvlink.parse_status(text)}
     )
     checks = by_name(result, "nvlink")
@@ -135,14 +136,14 @@ def test_fewer_links_than_the_model_has_fails(fixture_text):
 
 def test_expected_nvlinks_option_wins(fixture_text):
     status = nvlink.parse_status(fixture_text("nvlink/h100-8x-status-all-inactive.txt"))
-    result = gpu_health.evaluate(
+    result = health_checks.evaluate(
         {"smi": smi(fixture_text, "h100-sxm-8x-healthy.xml"), "nvlink_status": status}, {"expected_nvlinks": 0}
     )
     assert statuses(result, "nvlink") == ["skip"]
 
 
 def test_pcie_gpus_still_skip(fixture_text):
-    result = gpu_health.evaluate(
+    result = health_checks.evaluate(
         {
             "smi": smi(fixture_text, "l40s-1x.xml"),
             "nvlink_status": nvlink.parse_status(fixture_text("nvlink/l40s-status.txt")),
@@ -194,14 +195,14 @@ def test_every_matrix_model_behind_nvswitch_has_a_link_count():
 
 
 def test_reduced_width_fails_without_a_reference(fixture_text):
-    result = gpu_health.evaluate({"smi": smi(fixture_text, "h100-sxm-8x-pcie-x8-platform.xml")})
+    result = health_checks.evaluate({"smi": smi(fixture_text, "h100-sxm-8x-pcie-x8-platform.xml")})
     checks = by_name(result, "pcie_link")
     assert {c["status"] for c in checks} == {"fail"}  # today's behaviour, kept
     assert checks[0]["detail"].startswith("PCIe link x8, capable of x16")
 
 
 def test_reduced_width_is_normal_on_a_declared_platform(fixture_text):
-    result = gpu_health.evaluate(
+    result = health_checks.evaluate(
         {"smi": smi(fixture_text, "h100-sxm-8x-pcie-x8-platform.xml")}, {"expected_pcie_width": 8}
     )
     checks = by_name(result, "pcie_link")
@@ -212,7 +213,7 @@ def test_reduced_width_is_normal_on_a_declared_platform(fixture_text):
 def test_narrower_than_the_platform_fails(fixture_text):
     parsed = smi(fixture_text, "h100-sxm-8x-pcie-x8-platform.xml")
     parsed["gpus"][3]["pcie"]["width_current"] = 4
-    result = gpu_health.evaluate({"smi": parsed}, {"expected_pcie_width": 8, "expected_pcie_gen": 5})
+    result = health_checks.evaluate({"smi": parsed}, {"expected_pcie_width": 8, "expected_pcie_gen": 5})
     failed = [c for c in by_name(result, "pcie_link") if c["status"] == "fail"]
     assert [c["gpu_index"] for c in failed] == [3]
     assert failed[0]["detail"].startswith("PCIe link x4, below x8 of the platform's declared value")
@@ -222,33 +223,33 @@ def test_narrower_than_the_platform_fails(fixture_text):
 def test_lower_gen_than_the_platform_under_load_warns(fixture_text):
     parsed = smi(fixture_text, "h100-sxm-8x-pcie-x8-platform.xml")
     parsed["gpus"][0]["pcie"]["gen_current"] = 4
-    result = gpu_health.evaluate({"smi": parsed}, {"expected_pcie_width": 8, "expected_pcie_gen": 5})
+    result = health_checks.evaluate({"smi": parsed}, {"expected_pcie_width": 8, "expected_pcie_gen": 5})
     assert statuses(result, "pcie_link")[0] == "warn"
 
 
 def test_node_baseline_wins_and_is_what_the_module_reports(fixture_text):
     parsed = smi(fixture_text, "h100-sxm-8x-pcie-x8-platform.xml")
-    baseline = gpu_health.evaluate({"smi": parsed})["facts"]["pcie"]
+    baseline = health_checks.evaluate({"smi": parsed})["facts"]["pcie"]
     assert baseline["00000000:18:00.0"] == {"width": 8, "gen": 5}
     assert len(baseline) == 8
     # the same node later: GPU 5 trained at x4; the platform value (x16) is overruled by the node's baseline
     parsed["gpus"][5]["pcie"]["width_current"] = 4
-    result = gpu_health.evaluate({"smi": parsed}, {"pcie_baseline": baseline, "expected_pcie_width": 16})
+    result = health_checks.evaluate({"smi": parsed}, {"pcie_baseline": baseline, "expected_pcie_width": 16})
     assert statuses(result, "pcie_link") == ["pass"] * 5 + ["fail"] + ["pass"] * 2
     assert "below x8 of this node's baseline" in by_name(result, "pcie_link")[5]["detail"]
 
 
 def test_baseline_keys_in_any_spelling(fixture_text):
     parsed = smi(fixture_text, "h100-sxm-8x-pcie-x8-platform.xml")
-    result = gpu_health.evaluate({"smi": parsed}, {"pcie_baseline": {"0000:18:00": {"width": 8}}})
+    result = health_checks.evaluate({"smi": parsed}, {"pcie_baseline": {"0000:18:00": {"width": 8}}})
     assert statuses(result, "pcie_link")[0] == "pass"
     assert statuses(result, "pcie_link")[1] == "fail"  # no baseline for it and no platform value
     with pytest.raises(ValueError, match="pcie_baseline"):
-        gpu_health.evaluate({"smi": parsed}, {"pcie_baseline": {"not-a-bus": {"width": 8}}})
+        health_checks.evaluate({"smi": parsed}, {"pcie_baseline": {"not-a-bus": {"width": 8}}})
 
 
 def test_idle_gpu_records_no_generation(fixture_text):
-    baseline = gpu_health.evaluate({"smi": smi(fixture_text, "l40s-1x.xml")})["facts"]["pcie"]
+    baseline = health_checks.evaluate({"smi": smi(fixture_text, "l40s-1x.xml")})["facts"]["pcie"]
     assert [value["gen"] for value in baseline.values()] == [None]
 
 

@@ -6,7 +6,7 @@ import time
 
 from ansible.module_utils import basic
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
-    gpu_health,
+    health_checks,
     health_state,
     node_history,
     nvidia_smi_xml,
@@ -19,7 +19,7 @@ from .test_error_rates import H100, with_counts
 def stored_state(tmp_path, text, when):
     """The state the node-side command would have stored after a run on ``text`` at ``when``."""
     inputs = {"smi": nvidia_smi_xml.parse(text)}
-    verdict = gpu_health.evaluate(inputs)
+    verdict = health_checks.evaluate(inputs)
     _verdict, state, _notes = node_history.judge(inputs, verdict, health_state.empty(), when)
     store = health_state.HealthState(str(tmp_path / "state"))
     store.save(state)

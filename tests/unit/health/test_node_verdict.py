@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
-    gpu_health,
+    health_checks,
     node_verdict,
     nvidia_smi_xml,
 )
@@ -41,7 +41,7 @@ def test_a_long_detail_is_cut_but_never_the_gpu_or_the_action():
 
 def test_with_checks_recomputes_the_verdict_and_honours_skip():
     smi = nvidia_smi_xml.parse(H100)
-    verdict = gpu_health.evaluate({"smi": smi})
+    verdict = health_checks.evaluate({"smi": smi})
     assert verdict["healthy"]
     extra = [check("ecc_rate", gpu=3, bus="00000000:5D:00.0", action="hardware_inspection")]
     merged = node_verdict.with_checks(verdict, extra, smi["gpus"])
@@ -55,7 +55,7 @@ def test_with_checks_recomputes_the_verdict_and_honours_skip():
 
 
 def test_the_verdict_of_a_real_capture_reads_as_the_issue_asks():
-    verdict = gpu_health.evaluate({"smi": nvidia_smi_xml.parse(with_counts(H100, 3, uncorrectable=12))})
+    verdict = health_checks.evaluate({"smi": nvidia_smi_xml.parse(with_counts(H100, 3, uncorrectable=12))})
     assert node_verdict.reason(verdict) == (
         "GPU 3 (0000:5d:00.0) ecc_errors: 12 uncorrectable ECC errors since the driver loaded; action: drain and reset"
     )

@@ -1,22 +1,22 @@
 # Copyright: gpuops.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Decide a node's GPU health from parsed readings. Pure: no I/O, no clock.
+"""The health checks: decide a node's GPU health from parsed readings. Pure: no I/O, no clock.
 
 :func:`evaluate` takes what the parsers of this collection return
 (``nvidia_smi_xml``, ``kernel_log``, ``nvlink``, ``infiniband``,
 ``dcgm_diag``, ``nccl_tests``) plus the operator's expectations and returns
-``{healthy, checks, actions, facts}``. Each check is
+``{healthy, checks, actions, facts, summary}``. Each check is
 ``{name, status: pass|warn|fail|skip, detail, gpu_index, pci_bus_id, action}``.
 The node is healthy when no check fails. ``actions`` holds the strongest
 recommended action per GPU and for the node (see ``xid_catalog.ACTIONS``).
-:func:`render_prometheus` turns a result into a node_exporter textfile.
 
-Thresholds follow the team reference page shared/reference/nvidia-stack-facts.md ("Health signals").
+The limits come from :mod:`thresholds`; :mod:`prometheus_textfile` turns a result into
+a node_exporter textfile.
 """
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.health import nvlink_counts, xid_catalog
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import nvlink_counts, thresholds, xid_catalog
 from ansible_collections.gpuops.cluster.plugins.module_utils.health.nvidia_smi_xml import normalize_bus_id
 
 CHECKS = (
@@ -46,22 +46,8 @@ CHECKS = (
     "nccl_busbw",
 )
 STATUSES = ("pass", "warn", "fail", "skip")
-_STATUS_RANK = {"skip": 0, "pass": 1, "warn": 2, "fail": 3}
+STATUS_RANK = {"skip": 0, "pass": 1, "warn": 2, "fail": 3}  # worst last
 
-DEFAULT_THRESHOLDS = {
-    "temperature_warn": 85,
-    "temperature_fail": None,  # None: the GPU's own slowdown threshold, else 90
-    "ecc_volatile_uncorrectable": 0,
-    "ecc_aggregate_uncorrectable": 0,
-    "ecc_volatile_correctable": 10000,
-    "row_remap_uncorrectable": 8,
-    "retired_pages": 62,
-    "nvlink_errors": 0,
-    "ib_counter_errors": 0,
-    "nccl_busbw_gbps": None,  # None: by GPU model, see NCCL_BUSBW_GBPS
-}
-# Single-node all_reduce bus bandwidth at 16 GB messages (Azure's health checks).
-NCCL_BUSBW_GBPS = (("H200", 431.0), ("H100", 460.0), ("A100", 228.0))
 _HW_SLOWDOWN = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 _IDLE_PSTATES = ("P8", "P10", "P12")
 
@@ -99,7 +85,7 @@ class _Finding:
         self.details = []
 
     def add(self, status, detail, action="none"):
-        if _STATUS_RANK[status] > _STATUS_RANK[self.status]:
+        if STATUS_RANK[status] > STATUS_RANK[self.status]:
             self.status = status
         self.action = xid_catalog.strongest([self.action, action])
         self.details.append(detail)
@@ -722,9 +708,7 @@ def _dcgm_checks(dcgm, gpus):
 
 def _nccl_check(nccl, gpus, minimum):
     parsed = nccl["parsed"]
-    if minimum is None:
-        models = " ".join(gpu.get("product_name") or "" for gpu in gpus).upper()
-        minimum = next((value for model, value in NCCL_BUSBW_GBPS if model in models), None)
+    minimum = thresholds.nccl_busbw_minimum(gpus, minimum)
     busbw = parsed["busbw_gbps"]
     if busbw is None:
         return _check(
@@ -786,11 +770,10 @@ def evaluate(inputs, options=None):
     ``expected_driver_version``, ``expected_ib_ports`` (``mlx5_0`` or
     ``mlx5_0:1``), ``expected_ib_port_count``, ``expected_ib_rate`` (Gb/s), ``expected_nvlinks``,
     ``expected_pcie_width``, ``expected_pcie_gen``, ``pcie_baseline``, ``thresholds`` (see
-    ``DEFAULT_THRESHOLDS``), ``skip_checks``.
+    ``thresholds.TABLE``), ``skip_checks``.
     """
     options = options or {}
-    limits = dict(DEFAULT_THRESHOLDS)
-    limits.update({key: value for key, value in (options.get("thresholds") or {}).items() if value is not None})
+    limits = thresholds.limits(options.get("thresholds"))
     skip = set(options.get("skip_checks") or [])
     pcie_platform = {"width": options.get("expected_pcie_width"), "gen": options.get("expected_pcie_gen")}
     pcie_baseline = pcie_baseline_by_bus(options.get("pcie_baseline"))
@@ -962,53 +945,3 @@ def _summary(checks):
     problems = ["%s%s: %s" % (check["name"], "" if check["gpu_index"] is None else "[gpu%d]" % check["gpu_index"],
                               check["detail"]) for check in checks if check["status"] == "fail"]  # fmt: skip
     return {"counts": counts, "failed": problems}
-
-
-# --- Prometheus textfile --------------------------------------------------------------------------
-
-_STATUS_VALUE = {"pass": 0, "warn": 1, "fail": 2, "skip": 3}
-
-
-def _label(value):
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def render_prometheus(result, timestamp):
-    """node_exporter textfile-collector text for ``result`` (one gauge per check and GPU).
-
-    Checks that repeat on the same GPU (several Xid codes) are folded into
-    their worst status so no series appears twice. ``timestamp`` is the run
-    time in seconds since the epoch.
-    """
-    worst = {}
-    for check in result["checks"]:
-        gpu = "" if check["gpu_index"] is None else str(check["gpu_index"])
-        key = (check["name"], gpu, check["pci_bus_id"] or "")
-        if key not in worst or _STATUS_RANK[check["status"]] > _STATUS_RANK[worst[key]]:
-            worst[key] = check["status"]
-    lines = [
-        "# HELP gpuops_gpu_health_check Result of one gpuops.cluster.gpu_health check: 0 pass, 1 warn, 2 fail, 3 skip.",
-        "# TYPE gpuops_gpu_health_check gauge",
-    ]
-    for (name, gpu, bus), status in sorted(worst.items()):
-        lines.append(
-            'gpuops_gpu_health_check{check="%s",gpu="%s",pci_bus_id="%s"} %d'
-            % (_label(name), _label(gpu), _label(bus), _STATUS_VALUE[status])
-        )
-    lines += [
-        "# HELP gpuops_gpu_health_healthy 1 when no check failed on this node.",
-        "# TYPE gpuops_gpu_health_healthy gauge",
-        "gpuops_gpu_health_healthy %d" % (1 if result["healthy"] else 0),
-        "# HELP gpuops_gpu_health_action Strongest recommended action for the node (1 marks it).",
-        "# TYPE gpuops_gpu_health_action gauge",
-    ]
-    for action in xid_catalog.ACTIONS:
-        lines.append(
-            'gpuops_gpu_health_action{action="%s"} %d' % (action, 1 if result["actions"]["node"] == action else 0)
-        )
-    lines += [
-        "# HELP gpuops_gpu_health_last_run_timestamp_seconds When gpuops.cluster.gpu_health last ran.",
-        "# TYPE gpuops_gpu_health_last_run_timestamp_seconds gauge",
-        "gpuops_gpu_health_last_run_timestamp_seconds %d" % int(timestamp),
-    ]
-    return "\n".join(lines) + "\n"

@@ -1,11 +1,9 @@
-"""gpu_health.evaluate on every fixture node, and the Prometheus rendering."""
-
-import re
+"""health_checks.evaluate on every fixture node, and the Prometheus rendering."""
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     dcgm_diag,
-    gpu_health,
+    health_checks,
     infiniband,
     kernel_log,
     nccl_tests,
@@ -29,7 +27,7 @@ def by_name(result, name):
 
 
 def test_healthy_h100_node(fixture_text):
-    result = gpu_health.evaluate(
+    result = health_checks.evaluate(
         {
             "smi": smi(fixture_text, "h100-sxm-8x-healthy.xml"),
             "kernel": kernel_log.parse(fixture_text("kernel-log/clean-journal-short-iso.log")),
@@ -57,12 +55,12 @@ def test_healthy_h100_node(fixture_text):
     assert {c["status"] for c in by_name(result, "fabric")} == {"pass"}
     assert by_name(result, "nccl_busbw")[0]["detail"].startswith("bus bandwidth 460.7")
     # every check name is accounted for, skipped ones with a reason
-    assert {c["name"] for c in result["checks"]} == set(gpu_health.CHECKS)
+    assert {c["name"] for c in result["checks"]} == set(health_checks.CHECKS)
     assert all(c["detail"] for c in result["checks"])
 
 
 def test_a100_pending_row_remap_needs_a_gpu_reset(fixture_text):
-    result = gpu_health.evaluate({"smi": smi(fixture_text, "a100-sxm4-8x-row-remap-pending.xml")}, {})
+    result = health_checks.evaluate({"smi": smi(fixture_text, "a100-sxm4-8x-row-remap-pending.xml")}, {})
     assert result["healthy"] is False
     assert failing(result) == {("row_remap", 3), ("ecc_errors", 3)}
     assert result["actions"]["node"] == "reset_gpu"
@@ -72,7 +70,7 @@ def test_a100_pending_row_remap_needs_a_gpu_reset(fixture_text):
 
 
 def test_inactive_nvlink_fails_that_gpu(fixture_text):
-    result = gpu_health.evaluate(
+    result = health_checks.evaluate(
         {
             "smi": smi(fixture_text, "h100-sxm-8x-healthy.xml"),
             "nvlink_status": nvlink.parse_status(fixture_text("nvlink/h100-8x-status-link-inactive.txt")),
@@ -88,7 +86,7 @@ def test_inactive_nvlink_fails_that_gpu(fixture_text):
 
 
 def test_seven_of_eight_with_xid_79(fixture_text):
-    result = gpu_health.evaluate(
+    result = health_checks.evaluate(
         {
             "smi": smi(fixture_text, "h100-sxm-7of8.xml"),
             "kernel": kernel_log.parse(fixture_text("kernel-log/xid-dmesg-T.log")),
@@ -111,7 +109,7 @@ def test_application_faults_alone_leave_the_node_healthy(fixture_text):
         for line in fixture_text("kernel-log/xid-journal-short.log").splitlines()
         if "): 13," in line or "): 31," in line
     ]
-    result = gpu_health.evaluate(
+    result = health_checks.evaluate(
         {"smi": smi(fixture_text, "h100-sxm-8x-healthy.xml"), "kernel": kernel_log.parse("\n".join(lines))}
     )
     assert result["healthy"] is True
@@ -123,7 +121,7 @@ def test_application_faults_alone_leave_the_node_healthy(fixture_text):
 
 
 def test_hw_slowdown(fixture_text):
-    result = gpu_health.evaluate({"smi": smi(fixture_text, "h100-sxm-8x-hw-slowdown.xml")})
+    result = health_checks.evaluate({"smi": smi(fixture_text, "h100-sxm-8x-hw-slowdown.xml")})
     assert failing(result) == {("clock_events", 5)}
     (check,) = [c for c in by_name(result, "clock_events") if c["gpu_index"] == 5]
     assert "hw_slowdown active" in check["detail"]
@@ -133,7 +131,7 @@ def test_hw_slowdown(fixture_text):
 
 
 def test_l40s_idle_link_downshift_is_not_a_problem(fixture_text):
-    result = gpu_health.evaluate(
+    result = health_checks.evaluate(
         {
             "smi": smi(fixture_text, "l40s-1x.xml"),
             "nvlink_status": nvlink.parse_status(fixture_text("nvlink/l40s-status.txt")),
@@ -151,14 +149,14 @@ def test_pcie_downshift_under_load_warns_and_narrow_link_fails(fixture_text):
     parsed = smi(fixture_text, "h100-sxm-8x-hw-slowdown.xml")
     parsed["gpus"][1]["pcie"]["gen_current"] = 3
     parsed["gpus"][6]["pcie"]["width_current"] = 8
-    checks = {c["gpu_index"]: c for c in by_name(gpu_health.evaluate({"smi": parsed}), "pcie_link")}
+    checks = {c["gpu_index"]: c for c in by_name(health_checks.evaluate({"smi": parsed}), "pcie_link")}
     assert checks[1]["status"] == "warn"
     assert checks[6]["status"] == "fail"
     assert checks[6]["action"] == "hardware_inspection"
 
 
 def test_v100_pending_retirement(fixture_text):
-    result = gpu_health.evaluate({"smi": smi(fixture_text, "v100-sxm2-8x-r470-retired-pages.xml")})
+    result = health_checks.evaluate({"smi": smi(fixture_text, "v100-sxm2-8x-r470-retired-pages.xml")})
     assert ("retired_pages", 2) in failing(result)
     assert {c["status"] for c in by_name(result, "row_remap")} == {"skip"}
     assert result["actions"]["gpus"][2]["action"] == "reset_gpu"
@@ -167,13 +165,13 @@ def test_v100_pending_retirement(fixture_text):
 def test_retired_page_limit(fixture_text):
     parsed = smi(fixture_text, "v100-sxm2-8x-r470-retired-pages.xml")
     parsed["gpus"][0]["retired_pages"] = {"single_bit": 40, "double_bit": 22, "pending": False}
-    (check,) = [c for c in by_name(gpu_health.evaluate({"smi": parsed}), "retired_pages") if c["gpu_index"] == 0]
+    (check,) = [c for c in by_name(health_checks.evaluate({"smi": parsed}), "retired_pages") if c["gpu_index"] == 0]
     assert check["status"] == "fail"
     assert check["action"] == "hardware_inspection"
 
 
 def test_full_fault_picture(fixture_text):
-    result = gpu_health.evaluate(
+    result = health_checks.evaluate(
         {
             "smi": smi(fixture_text, "h100-sxm-8x-healthy.xml"),
             "kernel": kernel_log.parse(fixture_text("kernel-log/xid-kmsg.log")),
@@ -202,7 +200,7 @@ def test_full_fault_picture(fixture_text):
 def test_unknown_xid_warns(fixture_text):
     kernel = kernel_log.parse("[ 12.5] NVRM: Xid (PCI:0000:18:00): 4242, pid=1, something new\n")
     (check,) = by_name(
-        gpu_health.evaluate({"smi": smi(fixture_text, "h100-sxm-8x-healthy.xml"), "kernel": kernel}), "xid"
+        health_checks.evaluate({"smi": smi(fixture_text, "h100-sxm-8x-healthy.xml"), "kernel": kernel}), "xid"
     )
     assert check["status"] == "warn"
     assert "unknown code" in check["detail"]
@@ -210,7 +208,7 @@ def test_unknown_xid_warns(fixture_text):
 
 
 def test_missing_nvidia_smi_fails_and_skips_the_rest():
-    result = gpu_health.evaluate({"unavailable": {"smi": "nvidia-smi not found: install the NVIDIA driver"}})
+    result = health_checks.evaluate({"unavailable": {"smi": "nvidia-smi not found: install the NVIDIA driver"}})
     assert result["healthy"] is False
     (check,) = by_name(result, "nvidia_smi")
     assert check["detail"] == "nvidia-smi not found: install the NVIDIA driver"
@@ -218,7 +216,7 @@ def test_missing_nvidia_smi_fails_and_skips_the_rest():
 
 
 def test_unavailable_sources_are_skips_with_reasons(fixture_text):
-    result = gpu_health.evaluate(
+    result = health_checks.evaluate(
         {"smi": smi(fixture_text, "l40s-1x.xml"), "unavailable": {"dcgm": "dcgmi not installed", "kernel": "no log"}}
     )
     assert by_name(result, "dcgm_diag")[0] == {
@@ -229,7 +227,7 @@ def test_unavailable_sources_are_skips_with_reasons(fixture_text):
 
 
 def test_skip_checks(fixture_text):
-    result = gpu_health.evaluate(
+    result = health_checks.evaluate(
         {"smi": smi(fixture_text, "a100-sxm4-8x-row-remap-pending.xml")}, {"skip_checks": ["row_remap", "ecc_errors"]}
     )
     assert result["healthy"] is True
@@ -237,7 +235,7 @@ def test_skip_checks(fixture_text):
 
 
 def test_expectations(fixture_text):
-    result = gpu_health.evaluate(
+    result = health_checks.evaluate(
         {"smi": smi(fixture_text, "l40s-1x.xml")},
         {"expected_gpu_count": 2, "expected_gpu_model": "H100", "expected_driver_version": "550.54"},
     )
@@ -247,19 +245,19 @@ def test_expectations(fixture_text):
 def test_thresholds(fixture_text):
     parsed = smi(fixture_text, "l40s-1x.xml")
     assert (
-        by_name(gpu_health.evaluate({"smi": parsed}, {"thresholds": {"temperature_warn": 25}}), "temperature")[0][
+        by_name(health_checks.evaluate({"smi": parsed}, {"thresholds": {"temperature_warn": 25}}), "temperature")[0][
             "status"
         ]
         == "warn"
     )
     assert (
-        by_name(gpu_health.evaluate({"smi": parsed}, {"thresholds": {"temperature_fail": 29}}), "temperature")[0][
+        by_name(health_checks.evaluate({"smi": parsed}, {"thresholds": {"temperature_fail": 29}}), "temperature")[0][
             "status"
         ]
         == "fail"
     )
     parsed["gpus"][0]["temperature"]["gpu"] = 91
-    assert by_name(gpu_health.evaluate({"smi": parsed}), "temperature")[0]["status"] == "fail"  # slowdown at 91 C
+    assert by_name(health_checks.evaluate({"smi": parsed}), "temperature")[0]["status"] == "fail"  # slowdown at 91 C
 
 
 def test_field_errors_ask_for_recovery():
@@ -267,56 +265,28 @@ def test_field_errors_ask_for_recovery():
         '<nvidia_smi_log><gpu id="00000000:18:00.0"><temperature><gpu_temp>Unknown Error</gpu_temp></temperature>'
         "<gpu_recovery_action>Node Reboot</gpu_recovery_action><clocks_event_reasons/></gpu></nvidia_smi_log>"
     )
-    (check,) = by_name(gpu_health.evaluate({"smi": nvidia_smi_xml.parse(xml)}), "recovery")
+    (check,) = by_name(health_checks.evaluate({"smi": nvidia_smi_xml.parse(xml)}), "recovery")
     assert check["status"] == "fail"
     assert check["action"] == "reboot_node"
 
 
-def test_prometheus_textfile(fixture_text):
-    result = gpu_health.evaluate(
-        {
-            "smi": smi(fixture_text, "h100-sxm-8x-healthy.xml"),
-            "kernel": kernel_log.parse(fixture_text("kernel-log/xid-dmesg.log")),
-        }
-    )
-    text = gpu_health.render_prometheus(result, 1710234000.7)
-    samples = [line for line in text.splitlines() if not line.startswith("#")]
-    series = [line.rsplit(" ", 1)[0] for line in samples]
-    assert len(series) == len(set(series))  # no duplicate series, even with two Xid codes on one GPU
-    assert 'gpuops_gpu_health_check{check="xid",gpu="3",pci_bus_id="00000000:5D:00.0"} 2' in samples
-    assert 'gpuops_gpu_health_check{check="xid",gpu="4",pci_bus_id="00000000:9A:00.0"} 2' in samples
-    assert "gpuops_gpu_health_healthy 0" in samples
-    assert 'gpuops_gpu_health_action{action="reboot_node"} 1' in samples
-    assert "gpuops_gpu_health_last_run_timestamp_seconds 1710234000" in samples
-    assert all(re.match(r"^[a-z_]+(\{[^}]*\})? -?\d+$", line) for line in samples)
-
-
-def test_prometheus_label_escaping():
-    result = {
-        "checks": [{"name": "x", "status": "pass", "gpu_index": None, "pci_bus_id": 'a"b\\c'}],
-        "healthy": True,
-        "actions": {"node": "none"},
-    }
-    assert 'pci_bus_id="a\\"b\\\\c"' in gpu_health.render_prometheus(result, 0)
-
-
 @pytest.mark.parametrize("name", ["h100-sxm-8x-healthy.xml", "l40s-1x.xml", "v100-sxm2-8x-r470-retired-pages.xml"])
 def test_every_check_has_a_known_status_and_action(fixture_text, name):
-    for check in gpu_health.evaluate({"smi": smi(fixture_text, name)})["checks"]:
-        assert check["status"] in gpu_health.STATUSES
-        assert check["name"] in gpu_health.CHECKS
+    for check in health_checks.evaluate({"smi": smi(fixture_text, name)})["checks"]:
+        assert check["status"] in health_checks.STATUSES
+        assert check["name"] in health_checks.CHECKS
 
 
 def test_nvlink_error_counters_skip_gpus_without_nvlink(fixture_text):
     no_links = {"gpus": [{"index": 0, "uuid": None, "name": "NVIDIA L40S", "links": []}], "warnings": []}
-    result = gpu_health.evaluate({"smi": smi(fixture_text, "l40s-1x.xml"), "nvlink_errors": no_links}, {})
+    result = health_checks.evaluate({"smi": smi(fixture_text, "l40s-1x.xml"), "nvlink_errors": no_links}, {})
     (check,) = by_name(result, "nvlink_errors")
     assert check["status"] == "skip"
 
 
 def test_xid_on_a_gpu_nvidia_smi_lost_names_it_like_nvidia_smi(fixture_text):
     kernel = kernel_log.parse("[  12.5] NVRM: Xid (PCI:0000:9a:00): 79, pid=0, GPU has fallen off the bus.\n")
-    result = gpu_health.evaluate({"smi": smi(fixture_text, "h100-sxm-7of8.xml"), "kernel": kernel}, {})
+    result = health_checks.evaluate({"smi": smi(fixture_text, "h100-sxm-7of8.xml"), "kernel": kernel}, {})
     (check,) = by_name(result, "xid")
     assert check["status"] == "fail"
     assert check["gpu_index"] is None
