@@ -9,9 +9,15 @@ sysfs, the Fabric Manager state, ``dcgmi diag`` and nccl-tests. Every file of th
 ``root`` (``/`` on a node, a fake tree in tests). Captured files named by the module's options are
 read as given.
 
-NVLink state and error counters need their own ``nvidia-smi nvlink`` calls: ``nvidia-smi -q -x``
-(``nvsmi_device_v11``/``v12`` DTD, checked on captures of R470 to R575) has no per-link element, only
-``<fabric>`` (state, status, health) which :mod:`nvidia_smi_xml` already reads.
+One ``nvidia-smi -q -x`` carries everything per GPU the checks need (ECC, row remapping, retired
+pages, PCIe, temperature, clock events, recovery, the NVLink fabric, the product name the NVLink
+count and the nccl-tests GPU count come from); no other ``nvidia-smi`` call reads any of it again.
+NVLink link state and error counters need their own ``nvidia-smi nvlink -s``/``-e`` calls: the XML
+(``nvsmi_device_v11``/``v12`` DTD, checked on captures of R470 to R575, tests/fixtures/nvidia-smi/)
+has no per-link element, only ``<fabric>`` (state, status, health); that one ``nvidia-smi nvlink``
+call prints both is not established for the drivers supported (the lab's simulator refuses it). A
+quick run therefore runs ``nvidia-smi`` twice, ``standard`` and ``extended`` three times, whatever
+the GPU count; ``nvlink -s`` failing still fails the NVLink check where links are expected.
 
 The reader needs an ``AnsibleModule`` (or anything with ``params``, ``run_command``,
 ``get_bin_path`` and ``fail_json``); it runs commands through ``module.run_command`` with argv lists,
@@ -217,6 +223,7 @@ class NodeReader:
             self.unavailable["nvlink_status"] = self.unavailable["nvlink_errors"] = "no GPU visible"
             return status, errors
         if status is None and "nvlink" not in self.skip:
+            # a call of its own: -q -x lists no NVLink link, only the fabric (see the module docstring)
             rc, out, err, timed_out = self.run([self.smi_path, "nvlink", "-s"])
             parsed = nvlink.parse_status(out)
             if not timed_out and (rc == 0 or parsed["gpus"]):  # some drivers exit non-zero when links are all down
@@ -231,6 +238,7 @@ class NodeReader:
             if self.params["level"] == "quick":
                 self.unavailable["nvlink_errors"] = "NVLink error counters are read from level=standard"
             else:
+                # a call of its own: -q -x has no NVLink error counter (replay, recovery, CRC)
                 rc, out, err, timed_out = self.run([self.smi_path, "nvlink", "-e"])
                 if rc == 0 and not timed_out:
                     errors = nvlink.parse_errors(out)

@@ -1,7 +1,12 @@
 """nvidia_smi_xml.parse on captured-shape fixtures of every DTD generation."""
 
+import re
+import xml.etree.ElementTree as ET
+
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import nvidia_smi_xml
+
+from .conftest import FIXTURES
 
 
 def test_h100_healthy_v12(fixture_text):
@@ -145,3 +150,14 @@ def test_doctype_with_internal_subset_is_dropped_before_parsing():
 )
 def test_normalize_bus_id(value, expected):
     assert nvidia_smi_xml.normalize_bus_id(value) == expected
+
+
+@pytest.mark.parametrize("name", sorted(path.name for path in (FIXTURES / "nvidia-smi").glob("*.xml")))
+def test_the_xml_carries_no_nvlink_link_state(name):
+    """Why ``nvidia-smi nvlink -s``/``-e`` stay calls of their own (node_reader): no capture, v11 or v12 DTD, has a
+    per-link NVLink element under ``<gpu>``; NVLink shows only as ``<fabric>``. A capture that does should be read
+    from the one ``-q -x`` call instead."""
+    root = ET.fromstring(re.sub(r"<!DOCTYPE[^>]*>", "", (FIXTURES / "nvidia-smi" / name).read_text()))
+    for gpu in root.iter("gpu"):
+        tags = {element.tag for element in gpu.iter()}
+        assert not {tag for tag in tags if "nvlink" in tag.lower()}, name
