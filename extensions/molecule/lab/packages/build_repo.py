@@ -1,24 +1,29 @@
 #!/usr/bin/env python3
-"""Build the lab's signed stand-in NVIDIA apt repository from spec.yml (lab only).
+"""Build the lab's signed stand-in NVIDIA apt repositories from spec*.yml (lab only).
 
+Each spec (spec.yml: Debian 12; spec-ubuntu2204.yml: Ubuntu 22.04) gives one or more flat repositories.
 Writes, under STATE (the repository's git-ignored .lab/ folder):
-  repo/<path>/            flat repository: *.deb, Packages(.gz), Release, InRelease, Release.gpg
+  repo/<path>/            flat repository: *.deb, Packages(.gz), Release, InRelease, Release.gpg; left
+                          untouched when its packages come out the same (the .debs are reproducible), so
+                          nodes reading another repository while this runs see no change
   repo/keys/gpuops-lab-archive-keyring.gpg   binary public keyring for `signed-by`
   repo/keys/gpuops-lab-archive-keyring.asc   the same, armored
   repo/keys/gpuops-lab-wrong-keyring.gpg     a different key, for "wrong key" tests
   repo/gpuops-lab-archive-keyring.gpg        copy of the binary keyring (lab-prepare's stamp)
   gnupg/, gnupg-wrong/    throwaway signing keys (generated once, batch mode)
 
-Usage: build_repo.py --state .lab [--no-resolver-check]
+Usage: build_repo.py --state .lab [--spec FILE ...] [--no-resolver-check]
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import gzip
 import hashlib
 import importlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -34,6 +39,8 @@ SIMULATOR = HERE.parent / "nvidia-smi" / "nvidia_smi_sim.py"
 KEY_UID = "gpuops lab stand-in NVIDIA repository <lab@gpuops.invalid>"
 RESOLVER = "ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_resolver"
 WRONG_KEY_UID = "gpuops lab WRONG key <wrong@gpuops.invalid>"
+# Every file in the .debs gets this time (SOURCE_DATE_EPOCH), so a rebuild gives the same bytes.
+BUILD_EPOCH = "1764547200"
 
 # A stand-in daemon: writes a ready file while it runs, removes it when stopped.
 DAEMON = """#!/bin/sh
@@ -85,20 +92,40 @@ def fill(text: str, values: dict) -> str:
     return text.format(**values) if values else text
 
 
+def _templates(spec: dict, release: dict) -> list[dict]:
+    """The driver package templates of one release: a list for every release, or a named set (``packages``)."""
+    templates = spec["driver_packages"]
+    if isinstance(templates, dict):
+        return templates[release["packages"]]
+    return templates
+
+
 def expand(spec: dict) -> list[dict]:
-    """Every package to build: name, version, description, relations, contents, placeholder values."""
+    """Every package to build: name, version, description, relations, contents, placeholder values.
+
+    A release's driver packages are at ``{driver}-{revision}`` (revision default ``1``), a template's own
+    ``version`` may name ``{fm_version}`` (``{driver}-{fm_revision}``); templates marked ``companion:
+    fabricmanager`` are left out for a release whose ``fm_revision`` is null.
+    """
     packages = []
     for release in spec["driver_releases"]:
-        values = {k: str(v) for k, v in release.items()}
-        for template in spec["driver_packages"]:
+        values = {k: str(v) for k, v in release.items() if k != "packages"}
+        revision = str(release.get("revision", "1"))
+        values["version"] = f"{release['driver']}-{revision}"
+        has_fm = "fm_revision" not in release or release["fm_revision"] is not None
+        values["fm_version"] = f"{release['driver']}-{release.get('fm_revision') or revision}"
+        for template in _templates(spec, release):
+            if template.get("companion") == "fabricmanager" and not has_fm:
+                continue
+            name = fill(template["name"], values)
             package = {
-                "name": fill(template["name"], values),
-                "version": f"{release['driver']}-1",
+                "name": name,
+                "version": fill(template.get("version", "{version}"), values),
                 "description": fill(template["description"], values),
                 "values": values,
             }
             for key in ("depends", "provides", "conflicts"):
-                package[key] = [fill(item, values) for item in template.get(key, [])]
+                package[key] = [fill(item, values) for item in template.get(key, []) if fill(item, values) != name]
             package["contents"] = template.get("contents", [])
             packages.append(package)
     for item in spec["packages"]:
@@ -117,8 +144,18 @@ def expand(spec: dict) -> list[dict]:
     names = [(p["name"], p["version"]) for p in packages]
     duplicates = {n for n in names if names.count(n) > 1}
     if duplicates:
-        raise SystemExit(f"build-repo: duplicate packages in spec.yml: {sorted(duplicates)}")
+        raise SystemExit(f"build-repo: duplicate packages in the spec of {spec['distribution']}: {sorted(duplicates)}")
     return packages
+
+
+def dists(spec: dict) -> list[dict]:
+    """The spec's repositories: ``dists`` (each a ``path`` and the names it ``leave_out``), or one ``path``."""
+    return spec.get("dists") or [{"path": spec["path"]}]
+
+
+def kept(packages: list[dict], dist: dict) -> list[dict]:
+    leave_out = dist.get("leave_out", [])
+    return [p for p in packages if not any(fnmatch.fnmatchcase(p["name"], pattern) for pattern in leave_out)]
 
 
 def write(path: Path, text: str, mode: int = 0o644) -> None:
@@ -210,6 +247,7 @@ def build_deb(package: dict, out_dir: Path, arch: str, work: Path) -> Path:
         ["dpkg-deb", "--root-owner-group", "-Zgzip", "-z1", "--build", str(staging), str(deb)],
         check=True,
         stdout=subprocess.DEVNULL,
+        env=dict(os.environ, SOURCE_DATE_EPOCH=BUILD_EPOCH),
     )
     return deb
 
@@ -264,11 +302,16 @@ def resolver_check(spec: dict, built: set[tuple[str, str]]) -> int:
     index: dict = {}
     for name, version in sorted(built):
         index.setdefault(name, []).append({"version": version, "source": "lab"})
+    node_os = spec.get("os") or {"distribution": "Debian", "version": "12"}
     problems = []
     for stack in spec["lab_stacks"]:
         try:
             result = stack_resolver.resolve(
-                stack["request"], "Debian", "12", stack["gpu"], nvswitch=stack.get("nvswitch")
+                stack["request"],
+                node_os["distribution"],
+                node_os["version"],
+                stack["gpu"],
+                nvswitch=stack.get("nvswitch"),
             )
         except Exception as error:  # the resolver refusing a lab stack is a spec error too
             problems.append(f"{stack['gpu']} {stack['request']}: the resolver refuses it: {error}")
@@ -277,56 +320,92 @@ def resolver_check(spec: dict, built: set[tuple[str, str]]) -> int:
         problems.extend(f"{stack['gpu']} {stack['request']}: {problem}" for problem in exact["problems"])
     if problems:
         raise SystemExit(
-            "build-repo: the resolver names packages the lab repository does not build; "
-            "fix extensions/molecule/lab/packages/spec.yml:\n  " + "\n  ".join(problems)
+            f"build-repo: the resolver names packages the lab's {spec['distribution']} repository does not build; "
+            f"fix its spec:\n  " + "\n  ".join(problems)
         )
     return len(spec["lab_stacks"])
+
+
+def scan(dist: Path) -> str:
+    done = subprocess.run(
+        ["dpkg-scanpackages", "--multiversion", "."], cwd=dist, check=True, capture_output=True, text=True
+    )
+    return done.stdout
+
+
+def publish(built: Path, dist: Path, arch: str, home: Path) -> bool:
+    """Make ``dist`` the signed repository of the .debs in ``built``; False when it already was.
+
+    Files are moved in one by one (os.replace), .debs first and stale ones removed last, so a node reading
+    the repository meanwhile sees the old index or the new one, never a .deb that is not there.
+    """
+    packages = scan(built)
+    dist.mkdir(parents=True, exist_ok=True)
+    current = dist / "Packages"
+    if (dist / "InRelease").is_file() and current.is_file() and current.read_text(encoding="utf-8") == packages:
+        return False
+    (built / "Packages").write_text(packages, encoding="utf-8")
+    with gzip.open(built / "Packages.gz", "wt", encoding="utf-8", compresslevel=6) as handle:
+        handle.write(packages)
+    (built / "Release").write_text(release_file(built, arch), encoding="utf-8")
+    gpg(home, "--yes", "--clearsign", "--output", str(built / "InRelease"), str(built / "Release"))
+    gpg(home, "--yes", "--armor", "--detach-sign", "--output", str(built / "Release.gpg"), str(built / "Release"))
+    debs = sorted(path.name for path in built.glob("*.deb"))
+    for name in [*debs, "Packages", "Packages.gz", "Release", "Release.gpg", "InRelease"]:
+        os.replace(built / name, dist / name)
+    for old in dist.iterdir():  # keep the directories: the repository node bind-mounts repo/
+        if old.is_file() and old.suffix == ".deb" and old.name not in debs:
+            old.unlink()
+    return True
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--state", type=Path, default=ROOT / ".lab")
-    parser.add_argument("--spec", type=Path, default=HERE / "spec.yml")
+    parser.add_argument("--spec", type=Path, action="append", help="default: every spec*.yml beside this script")
     parser.add_argument("--no-resolver-check", action="store_true")
     args = parser.parse_args()
 
-    spec = yaml.safe_load(args.spec.read_text(encoding="utf-8"))
+    specs = [yaml.safe_load(path.read_text(encoding="utf-8")) for path in args.spec or sorted(HERE.glob("spec*.yml"))]
     arch = subprocess.run(["dpkg", "--print-architecture"], check=True, capture_output=True, text=True).stdout.strip()
-    packages = expand(spec)
-    built = {(p["name"], p["version"]) for p in packages}
-    checked = 0 if args.no_resolver_check else resolver_check(spec, built)
+    expanded = []
+    for spec in specs:
+        packages = expand(spec)
+        first = kept(packages, dists(spec)[0])
+        checked = 0 if args.no_resolver_check else resolver_check(spec, {(p["name"], p["version"]) for p in first})
+        expanded.append((spec, packages, checked))
 
     state = args.state.resolve()
     repo = state / "repo"
-    dist = repo / spec["path"]
-    dist.mkdir(parents=True, exist_ok=True)
-    for old in dist.iterdir():  # keep the directories: the repository node bind-mounts repo/
-        if old.is_file():
-            old.unlink()
-    with tempfile.TemporaryDirectory(dir=state) as work:
-        for package in packages:
-            build_deb(package, dist, arch, Path(work))
-
-    scan = subprocess.run(
-        ["dpkg-scanpackages", "--multiversion", "."], cwd=dist, check=True, capture_output=True, text=True
-    )
-    (dist / "Packages").write_text(scan.stdout, encoding="utf-8")
-    with gzip.open(dist / "Packages.gz", "wt", encoding="utf-8", compresslevel=6) as handle:
-        handle.write(scan.stdout)
-    (dist / "Release").write_text(release_file(dist, arch), encoding="utf-8")
-
     home, wrong_home = state / "gnupg", state / "gnupg-wrong"
     ensure_key(home, KEY_UID)
     ensure_key(wrong_home, WRONG_KEY_UID)
-    gpg(home, "--yes", "--clearsign", "--output", str(dist / "InRelease"), str(dist / "Release"))
-    gpg(home, "--yes", "--armor", "--detach-sign", "--output", str(dist / "Release.gpg"), str(dist / "Release"))
+    for spec, packages, checked in expanded:
+        with tempfile.TemporaryDirectory(dir=state) as work:
+            pool = Path(work) / "pool"
+            pool.mkdir()
+            debs = {(p["name"], p["version"]): build_deb(p, pool, arch, Path(work)) for p in packages}
+            for dist_spec in dists(spec):
+                built = Path(work) / "dist" / dist_spec["path"]
+                built.mkdir(parents=True)
+                chosen = kept(packages, dist_spec)
+                for package in chosen:
+                    shutil.copyfile(
+                        debs[(package["name"], package["version"])],
+                        built / debs[(package["name"], package["version"])].name,
+                    )
+                dist = repo / dist_spec["path"]
+                changed = publish(built, dist, arch, home)
+                print(
+                    f"build-repo: {len(chosen)} packages in {dist.relative_to(state.parent)}"
+                    f" ({'rebuilt' if changed else 'unchanged'}); {checked} lab stacks cross-checked"
+                )
     keys = repo / "keys"
-    keys.mkdir(exist_ok=True)
+    keys.mkdir(parents=True, exist_ok=True)
     (keys / "gpuops-lab-archive-keyring.gpg").write_bytes(gpg(home, "--export").stdout)
     (keys / "gpuops-lab-archive-keyring.asc").write_bytes(gpg(home, "--armor", "--export").stdout)
     (keys / "gpuops-lab-wrong-keyring.gpg").write_bytes(gpg(wrong_home, "--export").stdout)
     shutil.copyfile(keys / "gpuops-lab-archive-keyring.gpg", repo / "gpuops-lab-archive-keyring.gpg")
-    print(f"build-repo: {len(packages)} packages in {dist.relative_to(ROOT)}; {checked} lab stacks cross-checked")
     return 0
 
 
