@@ -10,6 +10,8 @@ export PATH := $(CURDIR)/.cache/pythons:$(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SCENARIO ?= default
+# Hosts of the window strategy's benchmark under `make bench BENCH_FLEET=1` (issue 17's fleet size).
+BENCH_FLEET_HOSTS ?= 1250
 # Molecule scenarios that `make test` runs (later issues append to this list).
 CI_SCENARIOS := $(strip $(shell cat extensions/molecule/ci-scenarios.txt 2>/dev/null | grep -v '^\#'))
 
@@ -62,10 +64,14 @@ lab: venv ## build the lab from nothing and run site.yml against it
 lab-down: ## remove the lab nodes
 	extensions/molecule/lab/bin/lab-down
 
-bench: venv ## benchmarks (figures, not timed tests): tests/benchmarks/bench_*.py; BENCH_LAB=1 adds the lab runs
+bench: venv ## benchmarks (figures, not timed tests): tests/benchmarks/bench_*.py; BENCH_LAB=1 adds the lab runs, BENCH_FLEET=1 the window strategy at fleet size
 	@for b in tests/benchmarks/bench_*.py; do \
-	  case $$b in *_rolling_upgrade.py|*_site_rerun.py) [ -n "$(BENCH_LAB)" ] || { echo "== $$b: needs the lab; make bench BENCH_LAB=1"; continue; };; esac; \
-	  echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	  args=; \
+	  case $$b in \
+	    *_rolling_upgrade.py|*_site_rerun.py) [ -n "$(BENCH_LAB)" ] || { echo "== $$b: needs the lab; make bench BENCH_LAB=1"; continue; };; \
+	    *_window_strategy.py) [ -n "$(BENCH_FLEET)" ] || { echo "== $$b: $(BENCH_FLEET_HOSTS) hosts, tens of minutes; make bench BENCH_FLEET=1"; continue; }; args=$(BENCH_FLEET_HOSTS);; \
+	  esac; \
+	  echo "== $$b$${args:+ $$args}"; $(BIN)/python $$b $$args || exit 1; done
 
 build: venv ## ansible-galaxy collection build into build/
 	mkdir -p build
