@@ -91,8 +91,8 @@ def run(playbook: Path, inventory: Path, extravars: dict, forks: int, log: Path,
     with log.open("w") as out:
         rc = subprocess.call(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     wall = time.monotonic() - started
-    if rc != 0:
-        raise SystemExit("%s failed (rc %d): see %s" % (playbook.name, rc, log))
+    if rc != 0:  # the temporary folder goes with the exit: the log's end here
+        raise SystemExit("%s failed (rc %d); the end of its output:\n%s" % (playbook.name, rc, log.read_text()[-3000:]))
     return wall
 
 
