@@ -25,6 +25,9 @@ description:
     its check; C(nvidia-smi nvlink -s) failing fails the NVLink check where links are expected.
   - Offline triage, with O(nvidia_smi_xml) set, judges captured files instead and runs no command at all, so a support
     engineer can run C(ansible localhost -m gpuops.cluster.gpu_health -a nvidia_smi_xml=...) on a user's capture.
+  - With O(settle_timeout), after a reboot, first waits (bounded) for Fabric Manager, the NVLink fabric, the NVLinks
+    and the expected InfiniBand ports to come up, then judges; what did not come up in time fails the C(settle)
+    check by name.
   - Never changes the node. The only write is the optional O(prometheus_textfile).
 author:
   - gpuops.cluster maintainers (@gpuops)
@@ -154,6 +157,20 @@ options:
         runs under coreutils C(timeout) (SIGTERM, SIGKILL 5 s later); a read that times out fails its checks.
     type: int
     default: 60
+  settle_timeout:
+    description:
+      - Seconds to wait, before judging, for what comes up after a reboot - Fabric Manager C(active) (NVSwitch
+        nodes), the fabric state C(Completed) in C(nvidia-smi -q -x) (Hopper and later), the NVLinks the GPU model
+        needs active in C(nvidia-smi nvlink -s), and the ports of O(expected_ib_ports) and O(expected_ib_port_count)
+        C(ACTIVE) and C(LinkUp). Polls every 5 s, one C(nvidia-smi) per poll, each command under
+        O(command_timeout); stops as soon as everything is up. What is still not up when the bound runs out fails
+        the C(settle) check, named (C(Fabric Manager not active after 300 s (inactive))). A failed Fabric Manager
+        or an C(nvidia-smi) that gives no GPU ends the wait at once (waiting does not cure them). A check in
+        O(skip_checks) is not waited for.
+      - V(0) judges at once. The rolling upgrade's gate sets it from C(gpuops_health_settle_timeout) (300).
+        Ignored in offline triage.
+    type: int
+    default: 0
   diag_timeout:
     description:
       - Seconds C(dcgmi diag) and C(all_reduce_perf) may run. Default 300 for C(dcgmi diag -r 1), 1800 for C(-r 2),
@@ -243,7 +260,7 @@ options:
     choices: [nvidia_smi, gpu_count, gpu_model, driver_version, persistence_mode, mig_mode, ecc_mode, ecc_errors,
               row_remap, retired_pages, pcie_link, temperature, clock_events, recovery, fabric, fabricmanager, xid,
               fallen_off_bus, sxid, nvlink, nvlink_errors, infiniband, dcgm_diag, nccl_busbw, ecc_rate, row_remap_rate,
-              infiniband_rate, xid_repeat, nccl_baseline, dcgm_baseline]
+              infiniband_rate, xid_repeat, nccl_baseline, dcgm_baseline, settle]
   fail_on_unhealthy:
     description:
       - Fail the task when any check fails. The result still carries every check.
@@ -382,6 +399,23 @@ commands:
     - /usr/bin/timeout -k 5 60 /usr/bin/nvidia-smi -q -x
     - /usr/bin/timeout -k 5 60 /usr/bin/journalctl -k -b 0 -o short-iso --no-pager
     - /usr/bin/timeout -k 5 60 /usr/bin/nvidia-smi nvlink -s
+settle:
+  description: What the wait of O(settle_timeout) did - the bound, seconds waited, polls, whether everything came up,
+    why it stopped early, and per condition (C(fabricmanager), C(fabric), C(nvlink), C(infiniband)) its state
+    (C(up), C(pending), C(unknown), C(none)), what was not up and after how many seconds it was.
+  returned: when O(settle_timeout) is above 0 in live mode
+  type: dict
+  sample:
+    timeout: 300
+    waited_s: 21.4
+    polls: 5
+    settled: true
+    stopped: null
+    conditions:
+      fabricmanager: {state: up, detail: null, up_after_s: 0.4}
+      fabric: {state: up, detail: null, up_after_s: 20.6}
+      nvlink: {state: up, detail: null, up_after_s: 21.0}
+      infiniband: {state: none, detail: null, up_after_s: null}
 mode:
   description: V(live) or V(offline).
   returned: always
@@ -404,12 +438,20 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import 
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     health_checks,
     health_state,
+    infiniband,
     kernel_log,
     node_history,
+    nvidia_smi_xml,
+    nvlink,
     prometheus_textfile,
+    settle_wait,
     thresholds,
 )
-from ansible_collections.gpuops.cluster.plugins.module_utils.health.node_reader import NodeReader
+from ansible_collections.gpuops.cluster.plugins.module_utils.health.node_reader import (
+    SYSTEMD_STATES,
+    NodeReader,
+    nvswitch_devices,
+)
 
 
 def argument_spec():
@@ -439,13 +481,17 @@ def argument_spec():
         pcie_baseline=dict(type="dict", default={}),
         thresholds=dict(type="dict", default={}, options=thresholds.argument_spec()),
         command_timeout=dict(type="int", default=60),
+        settle_timeout=dict(type="int", default=0),
         diag_timeout=dict(type="int"),
         node_state=dict(type="path"),
         rate_thresholds=dict(type="dict", default={}),
         baseline_max_regression=dict(type="float", default=0.1),
         fleet_nccl_busbw_gbps=dict(type="float"),
         skip_checks=dict(
-            type="list", elements="str", default=[], choices=list(health_checks.CHECKS) + list(node_history.CHECKS)
+            type="list",
+            elements="str",
+            default=[],
+            choices=list(health_checks.CHECKS) + list(node_history.CHECKS) + list(settle_wait.CHECKS),
         ),
         fail_on_unhealthy=dict(type="bool", default=False),
         prometheus_textfile=dict(type="path"),
@@ -493,6 +539,54 @@ def judge_history(module, inputs, verdict, offline):
     return verdict
 
 
+def wait_to_settle(module, reader):
+    """``(check, facts)``: polls until what comes up after a reboot is up, or ``settle_timeout`` runs out.
+
+    Each poll runs at most one ``nvidia-smi`` (``-q -x`` until the fabric is done, then ``nvlink -s``), ``systemctl
+    is-active nvidia-fabricmanager`` while it is not active, and reads InfiniBand sysfs; every command under
+    ``command_timeout`` (``reader.run``, listed in ``commands``). module_utils/health/settle_wait.py decides.
+    """
+    params = module.params
+    clock, sleep = time.monotonic, time.sleep
+    wait = settle_wait.SettleWait(
+        params["settle_timeout"], clock(), expected_nvlinks=params["expected_nvlinks"],
+        expected_ib_ports=params["expected_ib_ports"], expected_ib_port_count=params["expected_ib_port_count"],
+        skip=params["skip_checks"],
+    )  # fmt: skip
+    smi_path = params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi")
+    systemctl = module.get_bin_path("systemctl")
+    nvswitch = nvswitch_devices(reader.root)
+    while True:
+        read = wait.next_poll()
+        if read == "smi" and not smi_path:
+            wait.saw_smi(None, clock(), error="nvidia-smi not found")
+        elif read == "smi":
+            rc, out, err, _timed_out = reader.run([smi_path, "-q", "-x"])
+            smi = nvidia_smi_xml.parse(out) if "<nvidia_smi_log" in out else None
+            wait.saw_smi(smi, clock(), nvswitch, error="rc=%s: %s" % (rc, (err or out).strip()[:200]))
+        elif read == "nvlink":
+            rc, out, err, timed_out = reader.run([smi_path, "nvlink", "-s"])
+            status = nvlink.parse_status(out)
+            readable = not timed_out and (rc == 0 or status["gpus"])
+            wait.saw_nvlink(status if readable else None, clock(), error="rc=%s: %s" % (rc, (err or out).strip()[:200]))
+        if wait.wants("fabricmanager") and not systemctl:
+            wait.saw_fabricmanager(None, clock(), error="systemctl not found")
+        elif wait.wants("fabricmanager"):
+            rc, out, err, _timed_out = reader.run([systemctl, "is-active", "nvidia-fabricmanager"])
+            state = (out.strip().splitlines() or [""])[0]
+            wait.saw_fabricmanager(
+                state if state in SYSTEMD_STATES else None,
+                clock(),
+                error="rc=%s: %s" % (rc, (err or out).strip()[:200]),
+            )
+        if wait.wants("infiniband"):
+            wait.saw_infiniband(infiniband.read_ports(params["infiniband_root"] or reader.root), clock())
+        now = clock()
+        if wait.done(now):
+            return wait.check(now), wait.facts(now)
+        sleep(wait.pause(now))
+
+
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     use_c_locale(module)
@@ -503,7 +597,14 @@ def main():
     except ValueError as error:
         module.fail_json(msg="since: %s" % error)
 
+    if params["settle_timeout"] < 0:
+        module.fail_json(msg="settle_timeout: %d is below 0; give the seconds to wait, or 0 to judge at once"
+                         % params["settle_timeout"])  # fmt: skip
+
     reader = NodeReader(module)
+    settle = None
+    if params["settle_timeout"] and not offline and "settle" not in params["skip_checks"]:
+        settle = wait_to_settle(module, reader)
     inputs = reader.read_all(offline, since)
     for note in reader.notes:
         module.warn(note)
@@ -525,6 +626,8 @@ def main():
         verdict = health_checks.evaluate(inputs, options)
         if params["node_state"]:
             verdict = judge_history(module, inputs, verdict, offline)
+        if settle:
+            verdict = settle_wait.with_settle(verdict, settle[0], (inputs.get("smi") or {}).get("gpus") or [])
     except ValueError as error:
         module.fail_json(msg=str(error))
     result = dict(
@@ -538,6 +641,8 @@ def main():
         mode="offline" if offline else "live",
         level=params["level"],
     )
+    if settle:
+        result["settle"] = settle[1]
     if params["prometheus_textfile"]:
         content = prometheus_textfile.render_prometheus(verdict, time.time())
         changed, before = write_textfile(module, params["prometheus_textfile"], content)
