@@ -76,17 +76,20 @@ def state_key(state) -> tuple | None:
     clear_host_errors, flush_handlers). A state running handlers (or one level of it) is never cached:
     its next handler depends on the handlers' notified hosts, outside the state.
     """
-    key = []
-    stack = [state]
-    while stack:
-        level = stack.pop()
-        if level is None:
-            continue
-        if level.run_state == IteratingStates.HANDLERS:
-            return None
-        key.append((level.run_state, level.fail_state, level.pre_flushing_run_state, level.did_rescue))
-        stack += (level.tasks_child_state, level.rescue_child_state, level.always_child_state)
-    return tuple(key)
+    if state.run_state is IteratingStates.HANDLERS:
+        return None
+    key = (state.run_state, state.fail_state, state.pre_flushing_run_state, state.did_rescue)
+    children = (state.tasks_child_state, state.rescue_child_state, state.always_child_state)
+    if children == (None, None, None):
+        return key  # the common case, outside any block's rescue or always
+    keys = [key]
+    for child in children:
+        if child is not None:
+            child_key = state_key(child)
+            if child_key is None:
+                return None
+            keys.append(child_key)
+    return tuple(keys)
 
 
 def slot_state(task) -> str | None:
@@ -117,8 +120,8 @@ class StrategyModule(FreeStrategyModule):
         self._journal = None  # run_journal.JournalWriter, when the slot task names a journal
         self._halt_written = False
         self._passed: set = set()  # hosts whose pass (not admitted) is in the journal
-        # host name -> (its iterator state, state_key, the next task): the last look at the host's next task,
-        # valid while the host's state is the same object with the same key (see _next_task)
+        # host name -> (its iterator state, state_key, the next task, its slot_state): the last look at the host's
+        # next task, valid while the host's state is the same object with the same key (see _next_task)
         self._next_tasks: dict = {}
 
     def run(self, iterator, play_context):
@@ -156,14 +159,14 @@ class StrategyModule(FreeStrategyModule):
             if blocked.get(host.name, False):
                 visible.append(host)
                 continue
-            task = self._next_task(iterator, host)
+            task, slot = self._next_task(iterator, host)
             if task is None:
                 if host.name in self._holding:
                     self._left(host, "left the run while out of service")
                 if ended is None:
                     ended = host
                 continue
-            if slot_state(task) == "acquired":
+            if slot == "acquired":
                 waiting.append((host, task))
                 continue
             elif host.name in self._holding and iterator.is_failed(host):
@@ -187,22 +190,25 @@ class StrategyModule(FreeStrategyModule):
             visible.append(ended)  # nothing else to look at: the loop finds no work and ends the play
         return visible
 
-    def _next_task(self, iterator, host):
-        """The host's next task (a peek), looked up again only when the host's iterator state changed."""
+    def _next_task(self, iterator, host) -> tuple:
+        """The host's next task (a peek) and its :func:`slot_state`, looked up again only when the host's iterator
+        state changed."""
         try:
             state = iterator.get_state_for_host(host.name)
         except KeyError:
-            return iterator.get_next_task_for_host(host, peek=True)[1]
+            task = iterator.get_next_task_for_host(host, peek=True)[1]
+            return task, slot_state(task)
         key = state_key(state)
         known = self._next_tasks.get(host.name)
         if known is not None and known[0] is state and known[1] == key:
-            return known[2]
-        _state, task = iterator.get_next_task_for_host(host, peek=True)
+            return known[2], known[3]
+        task = iterator.get_next_task_for_host(host, peek=True)[1]
+        slot = slot_state(task)
         if key is None:
             self._next_tasks.pop(host.name, None)
         else:
-            self._next_tasks[host.name] = (state, key, task)
-        return task
+            self._next_tasks[host.name] = (state, key, task, slot)
+        return task, slot
 
     # The window.
 
