@@ -21,7 +21,9 @@ STRATEGY = "gpuops.cluster.upgrade_window"
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("state", "nodes", "settings", "refresh", "journal", "ok", "halt", "deferred"))
+    _VALID_ARGS = frozenset(
+        ("state", "nodes", "settings", "refresh", "journal", "drain_ahead", "ok", "halt", "deferred")
+    )
     _requires_connection = False
 
     def run(self, tmp=None, task_vars=None):

@@ -55,6 +55,16 @@ options:
         C(path) with the same C(target); a path; or V(none)).
       - Read once, from the first host that reaches the task.
     type: dict
+  drain_ahead:
+    description:
+      - With O(state=acquired), how the window drains the busy nodes next in line ahead of their slot (the window's
+        C(drain_ahead) setting above 0); unset, it drains none. C(delegate_to) the host C(gpuops.cluster.slurm_drain)
+        runs on (the Slurm controller), C(names) each inventory host's Slurm node name, C(run_id) and
+        C(reason_prefix) for the drain reason (the prefix, the run id in brackets, then C(drained ahead of its upgrade
+        slot)), C(become) whether the drains run with become, C(options) more options of C(gpuops.cluster.slurm_drain)
+        (the command paths).
+      - Read once, from the first host that reaches the task.
+    type: dict
   ok:
     description: With O(state=released), whether the node is back in service.
     type: bool

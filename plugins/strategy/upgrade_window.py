@@ -37,8 +37,15 @@ description:
     pass, halt and read of the fleet is appended to the journal on the controller the moment it is decided (one JSON
     line each, fsync'd, mode 0644; C(module_utils/upgrade/run_journal.py)), and C(end) when the play ends. A re-run
     reads the journal of the run it continues (C(resume); by default the newest journal beside its own with the same
-    C(target)): the nodes that run admitted and never released, or released failed, are taken first and count as out
+    C(target)); the nodes that run admitted and never released, or released failed, are taken first and count as out
     of service from the start, so the window never takes more than C(max_unavailable) across both runs.
+  - Drain ahead. With the slot task's C(drain_ahead) (the Slurm controller host, the hosts' Slurm names, the reason
+    prefix and the run id) and the window's C(drain_ahead) setting above 0, the busy nodes next in line are drained in
+    Slurm ahead of their slot (C(gpuops.cluster.slurm_drain), no wait, the reason the prefix and the run id, then
+    C(drained ahead of its upgrade slot)) when the window has room it cannot fill, each as a task of its own waiting
+    host, delegated to the Slurm controller. Such a node takes its slot first when its job ends; one whose job ended
+    with no slot free, and one that passes its slot not admitted (deferred, halted, blocked, left out), is resumed first
+    (only a drain of ours). Every drain ahead and every resume is in the journal (C(drain_ahead), C(undrain)).
   - Plays without an C(upgrade_slot) task run exactly as under C(free).
 author:
   - gpuops.cluster maintainers (@gpuops)
@@ -58,6 +65,8 @@ SLOT_FACT = "gpuops_upgrade_slot"
 # Seconds a read of the fleet waits for a worker when nothing is in flight (the last workers are ending).
 FORK_WAIT = 5
 REFRESH_TASK = "Read the fleet again for the window (gpuops.cluster.slurm_fleet)"
+DRAIN_AHEAD_TASK = "Drain the node ahead of its slot (gpuops.cluster.slurm_drain)"
+UNDRAIN_TASK = "Give the node drained ahead back to its scheduler (gpuops.cluster.slurm_drain)"
 
 
 def result_data(result) -> dict:
@@ -115,6 +124,10 @@ class StrategyModule(FreeStrategyModule):
         self._schedule = None  # fleet_refresh.RefreshSchedule
         self._refresh_task = None  # the read in flight (a Task), None when none runs
         self._refresh_host = None  # the waiting host the read runs as
+        self._ahead = None  # the slot task's drain_ahead (where and how to drain ahead), None: never
+        self._ahead_todo: list = []  # (host name, "drain" or "resume") decided, not queued yet (no fork, host busy)
+        self._ahead_tasks: dict = {}  # task uuid -> (host name, "drain" or "resume") running
+        self._drained_ahead: set = set()  # hosts drained ahead of their slot by us, not given back yet
         self._slot_task = None  # the slot task the window was built from: the read's place in the play
         self._play_context = None
         self._journal = None  # run_journal.JournalWriter, when the slot task names a journal
@@ -137,6 +150,7 @@ class StrategyModule(FreeStrategyModule):
                     failed=list(window.failed),
                     deferred=sorted(window.deferred),
                     halted=window.halted,
+                    drained_ahead=sorted(self._drained_ahead),
                 )
                 self._journal.close()
 
@@ -186,6 +200,10 @@ class StrategyModule(FreeStrategyModule):
         reader = self._refresh_host
         if reader is not None and all(host.name != reader.name for host in visible):
             visible.append(reader)  # blocked by the read: the loop waits for it and gives it no task
+        if self._ahead_tasks:  # blocked by a drain ahead or its give-back, queued by _admit on this pass
+            shown = {host.name for host in visible}
+            for name in {name for name, _action in self._ahead_tasks.values()} - shown:
+                visible.append(self._inventory.get_host(name))
         if not visible and ended is not None:
             visible.append(ended)  # nothing else to look at: the loop finds no work and ends the play
         return visible
@@ -231,7 +249,12 @@ class StrategyModule(FreeStrategyModule):
             args = self._template_args(iterator, host, task)
             try:
                 nodes, resume = self._open_journal(args.get("journal"), args.get("nodes") or [])
-                self._window = window_plan.Window(nodes, args.get("settings") or {}, now)
+                settings = args.get("settings") or {}
+                self._set_ahead(args.get("drain_ahead"))
+                if self._ahead is None and isinstance(settings, dict) and settings.get("drain_ahead"):
+                    settings = dict(settings, drain_ahead=0)  # nowhere to drain ahead: the window drains none
+                self._window = window_plan.Window(nodes, settings, now)
+                self._drained_ahead.update(self._window.drained_ahead)  # a crashed run's, from Slurm or its journal
                 self._set_refresh(args.get("refresh"), now)
                 self._slot_task = task
                 if self._journal is not None:
@@ -250,6 +273,8 @@ class StrategyModule(FreeStrategyModule):
         window = self._window
         if self._schedule is None or not self._schedule.holds(now):
             self._take_admitted(window.admit(now), now)
+        elif self._ahead is not None:
+            self._take_admitted(window.admit_ahead(now), now)  # a node drained ahead whose job ended: not held
         fresh = self._schedule is None or self._schedule.fresh
         if not fresh and not self._holding and not window.in_flight and not window.halted:
             # Nothing in flight: read the fleet before deferring or blocking on the old view.
@@ -265,6 +290,9 @@ class StrategyModule(FreeStrategyModule):
             # Nothing in flight and nothing started: the nodes waiting for their jobs are deferred, in
             # service; a chosen canary among them is replaced, and the next one may start now.
             self._take_admitted(window.admit(now), now)
+        if self._ahead is not None and not self._broken:
+            # drains ahead are decided on the view admission uses: not while it waits for the read after a release
+            self._drain_ahead(iterator, waiting, now, self._schedule is None or not self._schedule.holds(now))
         passing = []
         for host, _task in waiting:
             name = host.name
@@ -294,11 +322,12 @@ class StrategyModule(FreeStrategyModule):
                 self._hand(host, self._record(host.name, False, "blocked: %s" % why))
                 self._write_pass(host.name)
                 passing.append(host)
-        return passing
+        return self._hold_drained_ahead(iterator, passing)
 
     def _take_admitted(self, names, now):
         for name in names:
             self._holding.add(name)
+            self._drained_ahead.discard(name)  # its drain ahead becomes its upgrade's drain
             self._admitted_at[name] = now
             node = self._window.nodes[name]
             self._write("admit", node=name, canary=name in self._window.canaries, resume=node.resume, at=now)
@@ -322,6 +351,8 @@ class StrategyModule(FreeStrategyModule):
             "max_job_wait": self._window.settings.max_job_wait,
             # every read of the fleet during the run so far: when, how long, why, what changed
             "refreshes": list(self._schedule.reads) if self._schedule is not None else [],
+            # drained ahead of its slot now (a host passing not admitted is given back first)
+            "drained_ahead": name in self._drained_ahead,
         }
         self._records[name] = record
         return record
@@ -331,6 +362,10 @@ class StrategyModule(FreeStrategyModule):
     def _process_pending_results(self, iterator, one_pass=False, max_passes=None):
         results = super()._process_pending_results(iterator, one_pass=one_pass, max_passes=max_passes)
         for result in results:
+            ahead = self._ahead_tasks.pop(result.task._uuid, None) if self._ahead_tasks else None
+            if ahead is not None:
+                self._ahead_done(ahead[0], ahead[1], result_data(result))
+                continue
             if self._refresh_task is not None and result.task._uuid == self._refresh_task._uuid:
                 self._refreshed(result_data(result))
                 continue
@@ -407,7 +442,10 @@ class StrategyModule(FreeStrategyModule):
         why = schedule.due(now)
         if why is None or not self._a_fork_is_free(wait=not self._holding):
             return False
-        host = waiting_hosts[0]
+        free = [host for host in waiting_hosts if not self._blocked_hosts.get(host.name, False)]
+        if not free:
+            return False  # every waiting host runs a drain ahead or its give-back: the read waits for one
+        host = free[0]
         refresh = self._refresh
         args = dict(refresh["options"], nodes=sorted(set(refresh["names"].values())))
         task = Task.load(
@@ -470,6 +508,126 @@ class StrategyModule(FreeStrategyModule):
         read = self._schedule.finished(now, True, {key: value for key, value in changes.items() if value})
         self._write("refresh", **read)
 
+    # Drain ahead: busy nodes next in line drained in Slurm without a slot, as tasks of their own waiting hosts.
+
+    def _set_ahead(self, ahead):
+        """Check the slot task's ``drain_ahead`` (None: no node is drained ahead)."""
+        if ahead in (None, {}):
+            return
+        if (
+            not isinstance(ahead, dict)
+            or not ahead.get("delegate_to")
+            or not isinstance(ahead.get("names"), dict)
+            or not ahead.get("run_id")
+            or not isinstance(ahead.get("options") or {}, dict)
+        ):
+            raise ValueError(
+                "drain_ahead must be {delegate_to: the Slurm controller host, names: {inventory host: Slurm node "
+                "name}, run_id, reason_prefix, become, options: slurm_drain options}, got %r" % (ahead,)
+            )
+        self._ahead = dict(ahead, options=ahead.get("options") or {})
+
+    def _drain_ahead(self, iterator, waiting, now, decide=True):
+        """Take the window's give-backs and (``decide``) drains ahead; queue what a free fork and a free host allow."""
+        window = self._window
+        for name in window.undrain_due():
+            self._ahead_todo.append((name, "resume"))
+        if decide and not window.halted:
+            self._ahead_todo.extend((name, "drain") for name in window.drain_ahead(now))
+        if not self._ahead_todo:
+            return
+        hosts = {host.name: host for host, _task in waiting}
+        ahead = set(window.drained_ahead)
+        todo = []
+        for name, action in self._ahead_todo:
+            if action == "drain" and (name not in ahead or window.halted):
+                continue  # admitted, deferred or given back before its drain started, or the run halted
+            if action == "resume" and name in self._holding:
+                continue  # admitted before its give-back started: its drain is its upgrade's now
+            host = hosts.get(name)
+            if host is None or not self._queue_ahead(iterator, host, action):
+                todo.append((name, action))
+        self._ahead_todo = todo
+
+    def _hold_drained_ahead(self, iterator, passing) -> list:
+        """Hosts passing their slot not admitted while drained ahead are given back to their scheduler first."""
+        if not self._drained_ahead:
+            return passing
+        kept = []
+        for host in passing:
+            name = host.name
+            if name in self._drained_ahead and name not in self._holding:
+                if self._queue_ahead(iterator, host, "resume", wait=True):
+                    continue  # passes once its give-back is done
+                record = dict(self._records.get(name, {}), drained_ahead=True)
+                record["reason"] = "%s; still drained ahead (no fork free to give it back)" % record.get("reason")
+                self._records[name] = record
+                self._hand(host, record)
+            kept.append(host)
+        return kept
+
+    def _queue_ahead(self, iterator, host, action: str, wait=False) -> bool:
+        """Queue a drain ahead (``drain``) or its give-back (``resume``) as a task of ``host``; True when queued."""
+        if self._blocked_hosts.get(host.name, False) or not self._a_fork_is_free(wait=wait):
+            return False
+        ahead = self._ahead
+        args = dict(
+            ahead["options"],
+            node=ahead["names"].get(host.name) or host.name,
+            reason_prefix=ahead.get("reason_prefix") or "gpuops-upgrade",
+        )
+        if action == "drain":
+            args.update(state="drained", run_id=ahead["run_id"], reason=window_plan.DRAIN_AHEAD_REASON, wait=False)
+        else:
+            args["state"] = "resumed"
+        task = Task.load(
+            {
+                "name": DRAIN_AHEAD_TASK if action == "drain" else UNDRAIN_TASK,
+                "action": "gpuops.cluster.slurm_drain",
+                "args": args,
+                "delegate_to": ahead["delegate_to"],
+                "become": bool(ahead.get("become", False)),
+                "ignore_errors": True,
+                "ignore_unreachable": True,
+                "check_mode": False,
+            },
+            block=self._slot_task._parent,
+            role=self._slot_task._role,
+            variable_manager=self._variable_manager,
+            loader=self._loader,
+        )
+        task_vars = self._variable_manager.get_vars(
+            play=iterator._play, host=host, task=task, _hosts=self._hosts_cache, _hosts_all=self._hosts_cache_all
+        )
+        self.add_tqm_variables(task_vars, play=iterator._play)
+        self._ahead_tasks[task._uuid] = (host.name, action)
+        self._blocked_hosts[host.name] = True
+        self._tqm.send_callback("v2_playbook_on_task_start", task, is_conditional=False)
+        self._queue_task(host, task, task_vars, self._play_context)
+        return True
+
+    def _ahead_done(self, name: str, action: str, data: dict):
+        """A drain ahead or a give-back came back: the window and the journal take it."""
+        failed = bool(data.get("failed") or data.get("unreachable"))
+        window = self._window
+        if action == "drain":
+            if failed or not data.get("ours"):
+                why = data.get("msg") if failed else "drained by someone else: not touched"
+                if name in window.drained_ahead:
+                    window.drain_ahead_failed(name)
+                self._write("drain_ahead", node=name, ok=False, why=why)
+                return
+            if name in self._holding:
+                return  # admitted while its drain ran: that drain is its upgrade's now
+            self._drained_ahead.add(name)
+            self._write("drain_ahead", node=name, ok=True, job_end=window.nodes[name].job_end)
+            return
+        self._drained_ahead.discard(name)
+        if failed:
+            self._write("undrain", node=name, ok=False, why=data.get("msg") or "failed")
+        else:
+            self._write("undrain", node=name, ok=True)
+
     # The journal: every decision on the controller's disk as it is taken; a re-run continues from it.
 
     def _open_journal(self, journal, nodes) -> tuple[list, dict]:
@@ -500,9 +658,12 @@ class StrategyModule(FreeStrategyModule):
                     "gpuops_upgrade_resume_journal" % (previous, error)
                 ) from error
             left = set(run_journal.to_resume(replayed))
+            ahead = set(replayed["drained_ahead"]) - left
             nodes = [
                 dict(node, resume=True)
                 if isinstance(node, dict) and node.get("name") in left and not node.get("done")
+                else dict(node, drained_ahead=True)
+                if isinstance(node, dict) and node.get("name") in ahead and not node.get("done")
                 else node
                 for node in nodes
             ]

@@ -368,3 +368,184 @@ def test_a_run_killed_mid_way_is_continued_by_the_re_run_within_max_unavailable(
     timeline += [(node, start, end) for node, start, end in rerun["timeline"] if node not in crashed["in_flight"]]
     assert window_plan.check(timeline, nodes, settings) == []
     assert most_out_at_once({node: {"admitted_at": s, "released_at": e} for node, s, e in timeline}) <= 2
+
+
+# Drain ahead: the busy nodes next in line drained in (stand-in) Slurm without a slot, first when their job ends.
+
+STATEFUL_SLURM = r'''#!%(python)s
+"""Stand-in Slurm: scontrol (show nodes --json, update drain or resume), squeue --json, sinfo text."""
+import json, os, sys, time
+STATE = %(state)r
+command = sys.argv[0].rsplit("/", 1)[-1]
+args = sys.argv[1:]
+with open(STATE) as handle:
+    state = json.load(handle)
+now = time.time()
+jobs = [job for job in state["jobs"] if job["real_end"] > now]
+busy = {job["nodes"] for job in jobs}
+def flags(name):
+    node = state["nodes"][name]
+    return (["ALLOCATED"] if name in busy else ["IDLE"]) + (["DRAIN"] if node["drain"] else [])
+meta = {"slurm": {"release": "24.11.5"}, "plugin": {"data_parser": "data_parser/v0.0.42"}}
+if command == "scontrol" and args[:1] == ["update"]:
+    fields = dict(arg.split("=", 1) for arg in args[1:])
+    node = state["nodes"][fields["nodename"]]
+    if fields["state"] == "drain":
+        node.update(drain=True, reason=fields["reason"])
+    elif fields["state"] == "resume":
+        node.update(drain=False, reason="")
+    state["log"].append([now, fields["nodename"], fields["state"], fields.get("reason", "")])
+    with open(STATE + ".new", "w") as handle:
+        json.dump(state, handle)
+    os.replace(STATE + ".new", STATE)  # a reader never sees half a file
+elif command == "scontrol":
+    records = [
+        {"name": name, "state": flags(name), "reason": node["reason"], "partitions": ["gpu"], "gres": "gpu:8"}
+        for name, node in state["nodes"].items()
+    ]
+    print(json.dumps({"meta": meta, "nodes": records}))
+elif command == "squeue":
+    listed = [
+        {
+            "job_id": job["job_id"],
+            "job_state": ["RUNNING"],
+            "nodes": job["nodes"],
+            "end_time": {"set": True, "infinite": False, "number": int(job["end"])},
+            "time_limit": {"set": True, "infinite": False, "number": 2880},
+        }
+        for job in jobs
+    ]
+    print(json.dumps({"meta": meta, "jobs": listed}))
+elif "--json" in args:
+    sys.exit(1)  # sinfo --json: the text fallback reads the node
+else:
+    name = args[args.index("-n") + 1]
+    print("%%-20s%%-30s%%s" %% (name, "+".join(flags(name)).lower(), state["nodes"][name]["reason"]))
+'''
+
+
+def stateful_slurm(tmp_path, nodes: dict, jobs: list) -> tuple[dict, Path]:
+    """Stand-in scontrol, squeue and sinfo over one state file (drains and resumes change it); their paths."""
+    slurm = tmp_path / "slurm"
+    slurm.mkdir()
+    state = slurm / "state.json"
+    state.write_text(json.dumps({"nodes": nodes, "jobs": jobs, "log": []}))
+    script = slurm / "slurm.py"
+    script.write_text(STATEFUL_SLURM % {"python": sys.executable, "state": str(state)})
+    script.chmod(0o755)
+    for command in ("scontrol", "squeue", "sinfo"):
+        (slurm / command).symlink_to(script)
+    return {command: str(slurm / command) for command in ("scontrol", "squeue", "sinfo")}, state
+
+
+def test_busy_nodes_next_in_line_are_drained_ahead_and_take_their_slot_when_their_job_ends(tmp_path):
+    """n2 and n4 run jobs Slurm ends in a day that really end 25 s from now, n3 one of two days that goes on; n5 is
+    idle and its upgrade long; two slots, two drains ahead. After the canary, n5 takes a slot and, with room no node
+    can fill, n2 and n4 are drained ahead; when their jobs end, n2 takes the last slot and n4, with no slot free, is
+    resumed at once (never drained with no job), then upgraded in service; n3, drained ahead once there is room
+    again, is deferred for its job when nothing else is in flight, and resumed before it passes."""
+    t0 = time.time()
+    names = ["n1", "n2", "n3", "n4", "n5"]
+    ends = {"n2": t0 + 86400, "n3": t0 + 2 * 86400, "n4": t0 + 86400}
+    real = {"n2": t0 + 25, "n3": t0 + 2 * 86400, "n4": t0 + 25}
+    nodes = [{"name": name, "canary": name == "n1", "partitions": ["gpu"], "gpus": 8} for name in names]
+    for entry in nodes:
+        if entry["name"] in ends:
+            entry.update(state="busy", job_end=ends[entry["name"]])
+    jobs = [
+        {"job_id": 10 + index, "nodes": name, "end": ends[name], "real_end": real[name]}
+        for index, name in enumerate(sorted(ends))
+    ]
+    paths, state = stateful_slurm(tmp_path, {name: {"drain": False, "reason": ""} for name in names}, jobs)
+    names_map = {name: name for name in names}
+    refresh = {
+        "delegate_to": "localhost",
+        "names": names_map,
+        "interval": 1,
+        "options": {"scontrol_path": paths["scontrol"], "squeue_path": paths["squeue"]},
+    }
+    ahead = {
+        "delegate_to": "localhost",
+        "names": names_map,
+        "run_id": "run1",
+        "reason_prefix": "gpuops-upgrade",
+        "become": False,
+        "options": {"scontrol_path": paths["scontrol"], "sinfo_path": paths["sinfo"]},
+    }
+    journal_path = tmp_path / "gpuops-upgrade-run1.journal.jsonl"
+    journal = {"path": str(journal_path), "run_id": "run1", "target": "t", "resume": "none"}
+    settings = {"max_unavailable": 2, "max_job_wait": 2, "drain_ahead": 2, "partition_floor": 0.25}
+    inventory = tmp_path / "ahead.yml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "fleet": {
+                    "hosts": {name: {"work_seconds": {"n5": 45, "n2": 5}.get(name, 1)} for name in names},
+                    "vars": {
+                        "ansible_connection": "local",
+                        "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                    },
+                }
+            }
+        )
+    )
+    extravars = {
+        "window_nodes": nodes,
+        "window_settings": settings,
+        "window_refresh": refresh,
+        "window_journal": journal,
+        "window_drain_ahead": ahead,
+    }
+    run = run_playbook(PLAYBOOK, inventory, tmp_path / "ahead", extravars=extravars)
+    assert run.rc == 0, run.stdout[-3000:]
+    acquired = {r.host: r.result for r in run.results_for(task=ACQUIRE)}
+    released = {
+        r.host: r.result["gpuops_upgrade_slot"]
+        for r in run.results_for(task=REPORT)
+        if r.result["gpuops_upgrade_slot"]["state"] == "released"
+    }
+    log = [(node, what, reason) for _at, node, what, reason in json.loads(state.read_text())["log"]]
+    reason = "gpuops-upgrade[run1]: drained ahead of its upgrade slot"
+    # n2 and n4 drained at once (two tasks, in either order)
+    assert sorted(log[:2]) == [("n2", "drain", reason), ("n4", "drain", reason)], log
+    assert log[2:] == [
+        ("n4", "resume", ""),
+        ("n3", "drain", reason),
+        ("n3", "resume", ""),
+    ], log
+    assert sorted(released) == ["n1", "n2", "n4", "n5"]
+    # n2 took its slot when its job ended, far before its EndTime came within max_job_wait
+    assert t0 + 25 <= released["n2"]["admitted_at"] < t0 + 86400 - 2
+    # n4 was resumed (its job ended, no slot free) and upgraded after n2, in service meanwhile
+    assert released["n4"]["admitted_at"] >= released["n2"]["released_at"]
+    # n3: deferred for its job and given back to Slurm before it passed; nothing stays drained ahead
+    assert acquired["n3"]["admitted"] is False
+    assert acquired["n3"]["slot"]["reason"].startswith("deferred: its job ends at ")
+    assert acquired["n3"]["slot"]["drained_ahead"] is False
+    assert json.loads(state.read_text())["nodes"]["n3"] == {"drain": False, "reason": ""}
+    entries = journal_entries(journal_path)
+    events = [(e["event"], e.get("node")) for e in entries if e["event"] in ("drain_ahead", "undrain", "admit")]
+    assert sorted(events[2:4]) == [("drain_ahead", "n2"), ("drain_ahead", "n4")], events
+    assert events[:2] + events[4:] == [
+        ("admit", "n1"),
+        ("admit", "n5"),
+        ("admit", "n2"),
+        ("undrain", "n4"),
+        ("admit", "n4"),
+        ("drain_ahead", "n3"),
+        ("undrain", "n3"),
+    ], events
+    replayed = run_journal.replay(entries)
+    assert replayed["drained_ahead"] == []
+    assert entries[-1]["event"] == "end"
+    assert entries[-1]["drained_ahead"] == []
+    # the floor counted the drains ahead: 5 nodes, floor 0.25 allows three out or drained at once
+    ahead_spans = []
+    opened = {}
+    for e in entries:
+        if e["event"] == "drain_ahead" and e["ok"]:
+            opened[e["node"]] = e["at"]
+        elif e["event"] in ("undrain", "admit") and e["node"] in opened:
+            ahead_spans.append((e["node"], opened.pop(e["node"]), e["at"]))
+    # both from the journal (its times are rounded to the millisecond): a node's drain ahead ends as its slot starts
+    assert window_plan.check(replayed["timeline"], nodes, settings, ahead=ahead_spans) == []

@@ -16,10 +16,14 @@ rolling upgrade makes no reservation of its own, so every one is someone else's.
 
 A node to upgrade that Slurm shows drained by us (``owner: ours``: the reason carries our
 prefix; left by a run that crashed or halted) is out of service already: the window counts
-it so from the start and takes it first (``resume``).
+it so from the start and takes it first (``resume``). One drained ahead of its slot (our reason
+ends with ``window_plan.DRAIN_AHEAD_REASON``) still runs its job and held no slot: it starts
+drained ahead (``drained_ahead``), takes its slot first when its job ends.
 """
 
 from __future__ import annotations
+
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_plan
 
 SLURM_KEYS = ("state", "job_end", "partitions", "gpus")
 # Slurm state words of a node in a reservation (sinfo: RESERVED; a maintenance reservation: MAINT).
@@ -92,6 +96,9 @@ def window_nodes(hosts, slurm=None, canary=()) -> list[dict]:
                 node["state"] = "reserved"
                 node.pop("job_end", None)
             elif node.get("state") in ("idle", "busy") and found.get("owner") == "ours" and not node["done"]:
-                node["resume"] = True
+                if str(found.get("reason") or "").endswith(window_plan.DRAIN_AHEAD_REASON):
+                    node["drained_ahead"] = True
+                else:
+                    node["resume"] = True
         nodes.append(node)
     return nodes

@@ -18,10 +18,13 @@ Entries (``event``, ``at`` in epoch seconds, then its fields):
 * ``pass``: ``node``, ``why``: not admitted (halted, blocked, left the plan).
 * ``halt``: ``node``, ``why``: nothing new starts.
 * ``refresh``: ``ok``, ``took``, ``why``, ``changes`` or ``error``: a read of the fleet.
+* ``drain_ahead``: ``node``, ``ok``, ``job_end`` or ``why``: drained in Slurm ahead of its slot (``ok``), or not.
+* ``undrain``: ``node``, ``ok``: a node drained ahead given back to its scheduler, not upgraded.
 * ``end``: the play ended (a run killed mid-way has none).
 
 :func:`replay` reads a journal back: the nodes in flight when it stopped (admitted, never
-released) and the failed ones are what a re-run must take first; :func:`newest` picks the
+released) and the failed ones are what a re-run must take first, the nodes drained ahead and
+neither admitted nor given back start drained ahead; :func:`newest` picks the
 journal of the same target a re-run continues.
 """
 
@@ -31,7 +34,7 @@ import json
 import os
 
 SUFFIX = ".journal.jsonl"
-EVENTS = ("start", "admit", "release", "defer", "pass", "halt", "refresh", "end")
+EVENTS = ("start", "admit", "release", "defer", "pass", "halt", "refresh", "drain_ahead", "undrain", "end")
 MODE = 0o644
 
 
@@ -88,9 +91,10 @@ def replay(entries) -> dict:
     """Where a run stood at the end of its journal.
 
     Returns ``{run_id, target, started_at, ended_at, resumed_from, in_flight, failed, done,
-    deferred, passed, halted, refreshes, timeline, events}``: ``in_flight`` the nodes admitted and
+    deferred, passed, halted, refreshes, drained_ahead, timeline, events}``: ``in_flight`` the nodes admitted and
     never released (mid-upgrade when the journal stops), in admission order; ``failed`` those
-    released not ok (left out of service); ``done`` those back upgraded; ``timeline``
+    released not ok (left out of service); ``done`` those back upgraded; ``drained_ahead`` those drained
+    ahead of their slot and neither admitted nor given back when it stops; ``timeline``
     ``(node, admitted_at, released_at or None)``; ``events`` the count of each kind.
     """
     state = {
@@ -108,6 +112,7 @@ def replay(entries) -> dict:
     }
     admitted: dict = {}
     released: dict = {}
+    ahead: dict = {}
     spans = []
     for item in entries:
         kind = item.get("event")
@@ -125,6 +130,7 @@ def replay(entries) -> dict:
                 }
             )
         elif kind == "admit":
+            ahead.pop(node, None)
             admitted[node] = at
             released.pop(node, None)
             spans.append([node, at, None])
@@ -144,11 +150,16 @@ def replay(entries) -> dict:
             state["halted"] = {"at": at, "node": node, "why": item.get("why")}
         elif kind == "refresh":
             state["refreshes"].append({key: value for key, value in item.items() if key != "event"})
+        elif kind == "drain_ahead" and item.get("ok"):
+            ahead[node] = at
+        elif kind == "undrain":
+            ahead.pop(node, None)
         elif kind == "end":
             state["ended_at"] = at
     state["in_flight"] = sorted((name for name in admitted if name not in released), key=admitted.__getitem__)
     state["failed"] = sorted(name for name, release in released.items() if not release["ok"])
     state["done"] = sorted(name for name, release in released.items() if release["ok"] and not release["deferred"])
+    state["drained_ahead"] = sorted(ahead, key=ahead.__getitem__)
     state["timeline"] = [tuple(span) for span in spans]
     return state
 

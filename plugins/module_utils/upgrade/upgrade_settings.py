@@ -41,6 +41,7 @@ RUN_SETTINGS = (
     "report_path",
     "max_job_wait",
     "refresh_interval",
+    "drain_ahead",
     "journal_path",
     "resume_journal",
 )
@@ -78,6 +79,15 @@ def problems(
                 "gpuops_upgrade_slurm_controller %r is not an inventory host; add it to the inventory "
                 "or name the host that runs scontrol" % controller
             )
+    ahead = (
+        run_settings.get("drain_ahead") if run_settings.get("drain_ahead") is not None else settings.get("drain_ahead")
+    )
+    if str(ahead).strip().isdigit() and int(str(ahead).strip()) > 0 and settings.get("drain", "none") != "slurm":
+        found.append(
+            "gpuops_upgrade_drain_ahead is %s but gpuops_upgrade_drain is %s: nodes are drained ahead of their slot "
+            "only through Slurm; set gpuops_upgrade_drain: slurm, or gpuops_upgrade_drain_ahead: 0"
+            % (ahead, settings.get("drain", "none"))
+        )
     for name, key in WINDOW_SETTINGS.items():
         if name in settings:
             try:

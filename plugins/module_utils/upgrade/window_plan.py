@@ -45,6 +45,17 @@ node as soon as another one is back, within these rules:
   busy nodes with an unknown end last; nodes of equal priority are interleaved
   round-robin over the ``spread_by`` domain (racks), ties by name. A busy node
   whose job end is already past counts as idle.
+* ``drain_ahead`` (a count, default 0: off): the busy nodes next in line may be drained in Slurm
+  ahead of their slot (no new jobs; the running one finishes) without holding a slot, at most that
+  many at once (:meth:`Window.drain_ahead`), and only when the window has room it cannot fill (every
+  node that could take a slot now has taken it), never during the canary phase, in waves or after a
+  halt. A drained-ahead node takes no new job, so its GPUs count against ``partition_floor`` from its
+  drain; it does not count against ``max_unavailable`` or ``per_domain`` until it takes its slot. It
+  takes its slot before any other node (:meth:`Window.admit`) as soon as it may: its job ended, or its
+  job's end came within ``max_job_wait``. One whose job ended while no slot is free for it is given
+  back to its scheduler at once (:meth:`Window.undrain_due`), never left drained with no job; one
+  deferred, halted or left out is given back by its host. A node Slurm shows drained ahead by us
+  (``drained_ahead``: a crashed run's) starts drained ahead.
 * Fresh state (:meth:`Window.observe`): the scheduler's view read again during
   the run. A waiting node that gained a job waits for it (``max_job_wait``),
   one whose job ended early is admitted sooner, one drained or downed by
@@ -85,6 +96,9 @@ OUT_OF_SERVICE_STATES = ("drained_by_others", "down")
 # than about one node's upgrade takes (install, reboot, gate); a week-long training job keeps its
 # node, in service, until its last hour, and the rest of the fleet goes on meanwhile.
 DEFAULT_MAX_JOB_WAIT = 3600
+# The reason text (after our prefix and run id) of a drain ahead of the slot: a re-run after a crash knows the
+# node was drained ahead, not admitted.
+DRAIN_AHEAD_REASON = "drained ahead of its upgrade slot"
 SETTINGS = (
     "max_unavailable",
     "per_domain",
@@ -94,6 +108,7 @@ SETTINGS = (
     "halt_on_failure",
     "barrier",
     "max_job_wait",
+    "drain_ahead",
 )
 DEFAULTS = {
     "max_unavailable": "10%",
@@ -104,6 +119,9 @@ DEFAULTS = {
     "halt_on_failure": True,
     "barrier": False,
     "max_job_wait": DEFAULT_MAX_JOB_WAIT,
+    # Off by default: draining ahead shows nodes the run will not upgrade for hours as drained to users and to
+    # Slurm's backfill planning; an operator turns it on knowingly.
+    "drain_ahead": 0,
 }
 # Floating point slack for the partition floor (GPU counts are integers).
 _EPSILON = 1e-9
@@ -112,7 +130,18 @@ _EPSILON = 1e-9
 class Node:
     """One node of the fleet, validated."""
 
-    __slots__ = ("canary", "domains", "done", "gpus", "job_end", "name", "partitions", "resume", "state")
+    __slots__ = (
+        "canary",
+        "domains",
+        "done",
+        "drained_ahead",
+        "gpus",
+        "job_end",
+        "name",
+        "partitions",
+        "resume",
+        "state",
+    )
 
     def __init__(
         self,
@@ -125,6 +154,7 @@ class Node:
         canary=False,
         done=False,
         resume=False,
+        drained_ahead=False,
     ):
         if not isinstance(name, str) or not name:
             raise ValueError("node name %r is not a host name" % (name,))
@@ -157,6 +187,8 @@ class Node:
         self.done = bool(done)
         # Out of service already, left by an earlier run of ours: counted from the start, admitted first.
         self.resume = bool(resume) and not self.done and state in ADMISSIBLE_STATES
+        # Drained ahead of its slot by an earlier run of ours (Slurm's reason says so): waiting, not out of service.
+        self.drained_ahead = bool(drained_ahead) and not self.done and not self.resume and state in ADMISSIBLE_STATES
 
     def __repr__(self):
         return "Node(%r, state=%r)" % (self.name, self.state)
@@ -279,6 +311,16 @@ class Settings:
             )
         self.max_job_wait = wait
 
+        ahead = values["drain_ahead"]
+        if isinstance(ahead, str) and ahead.strip().isdigit():
+            ahead = int(ahead)
+        if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0:
+            raise ValueError(
+                "drain_ahead is %r: set how many busy nodes next in line may be drained ahead of their slot at "
+                "once, such as 4 (0: none)" % (ahead,)
+            )
+        self.drain_ahead = ahead
+
     def as_dict(self) -> dict:
         return {key: getattr(self, key) for key in SETTINGS}
 
@@ -359,6 +401,10 @@ class Window:
         self._wait = self.settings.max_job_wait
         self._per_domain = self.settings.per_domain
         self._floor = self.settings.partition_floor
+        self._ahead_limit = self.settings.drain_ahead
+        self._ahead: dict = {}  # name -> when drained ahead of its slot (waiting, counted on its partitions)
+        self._undrain: list = []  # drained-ahead nodes to give back to their scheduler now
+        self._ahead_scan = True  # whether drain_ahead() may find a node it did not find before
         self._partition_gpus: dict = {}
         for node in self.nodes.values():
             for partition in node.partitions:
@@ -375,6 +421,9 @@ class Window:
         self.resumed = sorted(name for name, node in self.nodes.items() if node.resume)
         for name in self.resumed:
             self._take(self.nodes[name])
+        for name in sorted(name for name, node in self.nodes.items() if node.drained_ahead):
+            self._ahead[name] = now
+            self._take_floor(self.nodes[name])
         self.skipped = sorted(
             name for name, node in self.nodes.items() if node.done and node.state in ADMISSIBLE_STATES
         )
@@ -418,8 +467,25 @@ class Window:
         for kind, member in node.domains.items():
             if kind in self._per_domain:
                 self._domain_out[(kind, member)] = self._domain_out.get((kind, member), 0) + 1
+        if self._ahead.pop(node.name, None) is None:  # a node drained ahead counts on its partitions already
+            self._take_floor(node)
+
+    def _take_floor(self, node: Node):
         for partition in node.partitions:
             self._partition_out[partition] = self._partition_out.get(partition, 0) + node.gpus
+
+    def _give_floor(self, node: Node):
+        for partition in node.partitions:
+            self._partition_out[partition] -= node.gpus
+
+    def _undo_ahead(self, name: str) -> bool:
+        """A node drained ahead is not any more (back in service, or never drained): True when it was."""
+        if self._ahead.pop(name, None) is None:
+            return False
+        self._give_floor(self.nodes[name])
+        self._ahead_scan = True
+        self._wake(self.nodes[name])
+        return True
 
     def _give_back(self, node: Node):
         self._out.discard(node.name)
@@ -444,9 +510,11 @@ class Window:
             if limit is not None and domain_out.get((kind, member), 0) + 1 > limit:
                 return ("domain", kind, member)
         if self._floor is not None:
+            # a node drained ahead counts on its partitions already (in the window's own counts)
+            gpus = 0 if counts is None and node.name in self._ahead else node.gpus
             for partition in node.partitions:
                 total = self._partition_gpus[partition]
-                if total - partition_out.get(partition, 0) - node.gpus < self._floor * total - _EPSILON:
+                if total - partition_out.get(partition, 0) - gpus < self._floor * total - _EPSILON:
                     return ("partition", partition)
         return None
 
@@ -474,7 +542,8 @@ class Window:
         )
 
     def _counts_without_in_flight(self):
-        """The counts as if every node in flight were back: only down, drained by others and failed nodes out."""
+        """The counts as if every node in flight were back and none drained ahead: only down, drained by others and
+        failed nodes out."""
         domain_out = dict(self._domain_out)
         partition_out = dict(self._partition_out)
         for name in self._in_flight:
@@ -484,6 +553,9 @@ class Window:
                     domain_out[(kind, member)] -= 1
             for partition in node.partitions:
                 partition_out[partition] -= node.gpus
+        for name in self._ahead:
+            for partition in self.nodes[name].partitions:
+                partition_out[partition] -= self.nodes[name].gpus
         return len(self._out) - len(self._in_flight), domain_out, partition_out
 
     # What the caller sees.
@@ -496,6 +568,11 @@ class Window:
     def remaining(self) -> list[str]:
         """Nodes not admitted yet, in admission order (blocked ones included)."""
         return sorted(self._waiting, key=self._rank.__getitem__)
+
+    @property
+    def drained_ahead(self) -> list[str]:
+        """Nodes drained ahead of their slot, waiting for it (in admission order)."""
+        return sorted(self._ahead, key=self._rank.__getitem__)
 
     @property
     def canary_phase(self) -> bool:
@@ -628,6 +705,8 @@ class Window:
     def _leave(self, node: Node, state: str, why=None):
         """A node not in flight left service (drained or down by someone else) or went into a reservation."""
         node.state, node.job_end = state, None
+        if state not in OUT_OF_SERVICE_STATES:
+            self._undo_ahead(node.name)  # in service for the reservation's users
         if state in OUT_OF_SERVICE_STATES:
             self.unavailable.append(node.name)
             self._take(node)
@@ -650,6 +729,7 @@ class Window:
         # back in the admission heap once that time came (an unknown end waits for update()).
         self._later: list = []
         self._dirty = False
+        self._ahead_scan = True
 
     def _wake(self, node: Node):
         """Node is back: the nodes parked behind its domains and partitions may fit again."""
@@ -662,6 +742,7 @@ class Window:
                 heapq.heappush(self._heap, item)
 
     def _start(self, name: str, now):
+        self._ahead_scan = True
         self._waiting.discard(name)
         if name not in self._out:  # a node to resume is counted out of service from the start
             self._take(self.nodes[name])
@@ -688,6 +769,8 @@ class Window:
         while later and later[0][0] <= now:
             _when, rank, name = heapq.heappop(later)
             heapq.heappush(self._heap, (rank, name))
+        # Nodes drained ahead first (their job ended, or ends within the wait), outside the canary phase.
+        started = self._admit_ahead(now, not (self._canaries_left or (self.settings.barrier and self._in_flight)))
         if self._canaries_left:
             if self._in_flight:
                 return []
@@ -701,8 +784,7 @@ class Window:
             self._start(canary, now)
             return [canary]
         if self.settings.barrier and self._in_flight:
-            return []
-        started = []
+            return started
         heap = self._heap
         while heap and len(self._out) < self._limit:
             rank, name = heapq.heappop(heap)
@@ -720,6 +802,85 @@ class Window:
             else:
                 self._parked.setdefault(key, []).append((rank, name))
         return started
+
+    def admit_ahead(self, now) -> list[str]:
+        """Only the nodes drained ahead, while admission otherwise waits for a fresh read: each whose job ended takes
+        its slot (if it fits) or is given back (:meth:`undrain_due`) now. Safe on the last read's view: a node
+        drained ahead starts no new job, so its job's end is not news a later read could undo."""
+        self.now = now
+        if self.halted:
+            return []
+        if self._dirty:
+            self._reorder([self.nodes[name] for name in self._waiting], now)
+        return self._admit_ahead(now, not (self._canaries_left or (self.settings.barrier and self._in_flight)))
+
+    def _admit_ahead(self, now, may_admit: bool) -> list[str]:
+        """Nodes drained ahead first: each takes its slot as soon as it may (its job ended, or its end came within
+        ``max_job_wait``) and fits; one whose job ended and cannot take a slot now is given back to its scheduler."""
+        started = []
+        if not self._ahead:
+            return started
+        for name in sorted(self._ahead, key=self._rank.__getitem__):
+            node = self.nodes[name]
+            if not ready(node, now, self._wait):
+                continue
+            if may_admit and len(self._out) < self._limit and self._misfit(node) is None:
+                self._start(name, now)
+                started.append(name)
+            elif node.state == "idle":
+                self._undo_ahead(name)
+                self._undrain.append(name)
+        return started
+
+    def drain_ahead(self, now) -> list[str]:
+        """The busy nodes next in line to drain ahead of their slot now; they count as drained ahead from now.
+
+        Only when the window has room it could not fill (:meth:`admit` ran first), outside the canary phase and
+        waves, before any halt; at most ``drain_ahead`` at once, each keeping its partitions above the floor with
+        every node out of service and every node drained ahead counted. The caller drains them (our reason,
+        :data:`DRAIN_AHEAD_REASON`) and calls :meth:`drain_ahead_failed` for a drain that did not happen.
+        """
+        if (
+            not self._ahead_limit
+            or len(self._ahead) >= self._ahead_limit
+            or not self._ahead_scan
+            or self.halted
+            or self._canaries_left
+            or self.settings.barrier
+            or len(self._out) >= self._limit
+        ):
+            return []
+        self._ahead_scan = False
+        if self._dirty:
+            self._reorder([self.nodes[name] for name in self._waiting], now)
+            self._ahead_scan = False
+        chosen = []
+        for name in self.remaining:
+            node = self.nodes[name]
+            if node.state != "busy" or name in self._ahead or node.resume or node.canary:
+                continue
+            if self._floor is not None and any(
+                self._partition_gpus[partition] - self._partition_out.get(partition, 0) - node.gpus
+                < self._floor * self._partition_gpus[partition] - _EPSILON
+                for partition in node.partitions
+            ):
+                continue
+            self._ahead[name] = now
+            self._take_floor(node)
+            chosen.append(name)
+            if len(self._ahead) >= self._ahead_limit:
+                break
+        return chosen
+
+    def drain_ahead_failed(self, name: str):
+        """The drain ahead of ``name`` did not happen (the scheduler refused it): it waits in service again."""
+        self._undo_ahead(name)
+
+    def undrain_due(self) -> list[str]:
+        """Nodes drained ahead to give back to their scheduler now (their job ended with no slot free for them); each
+        is an ordinary node waiting in service from now on. Returns each once."""
+        found, self._undrain = self._undrain, []
+        return found
 
     def waiting_for_jobs(self, now) -> dict:
         """Remaining nodes that do not take a slot now for their running job: name -> why."""
@@ -742,6 +903,7 @@ class Window:
         found = self.waiting_for_jobs(now)
         for name, why in found.items():
             self._waiting.discard(name)
+            self._undo_ahead(name)  # its host gives the drain back when it passes its slot
             self.deferred[name] = why
         for name in found:
             self._canary_deferred(name, now)
@@ -771,6 +933,7 @@ class Window:
             halt = not ok and self.settings.halt_on_failure
         if halt:
             self.halted = True
+        self._ahead_scan = True
         if ok:
             if deferred:
                 self.deferred[name] = "its jobs outlasted max_job_wait %ds; returned to service, not upgraded" % (
@@ -787,16 +950,20 @@ class Window:
         """A failed node is back in service (repaired, not upgraded): it stops counting as out."""
         if name not in self.failed or name not in self._out:
             raise ValueError("release: %s is not a failed node still out of service" % name)
+        self._ahead_scan = True
         self._give_back(self.nodes[name])
         self._wake(self.nodes[name])
 
 
-def check(timeline, nodes, settings=None) -> list[dict]:
+def check(timeline, nodes, settings=None, ahead=()) -> list[dict]:
     """Every rule broken by a timeline of ``(name, start, end)`` out-of-service intervals.
 
     Intervals are half-open ``[start, end)``: a node back at ``t`` and another
     leaving at ``t`` are not out together. Down and drained-by-others nodes of
-    ``nodes`` are out the whole time. Returns ``[{time, rule, detail}]``, one
+    ``nodes`` are out the whole time. ``ahead`` holds the ``(name, start, end)``
+    intervals of nodes drained ahead of their slot (until admitted or given back):
+    they count on the partition floor and against ``drain_ahead``, not against
+    ``max_unavailable`` or ``per_domain``. Returns ``[{time, rule, detail}]``, one
     entry per interval start that leaves a rule broken.
     """
     fleet = {node.name: node for node in nodes_of(nodes)}
@@ -806,16 +973,18 @@ def check(timeline, nodes, settings=None) -> list[dict]:
         for partition in node.partitions:
             partition_gpus[partition] = partition_gpus.get(partition, 0) + node.gpus
     events = []
-    for entry in timeline:
-        name, start, end = entry
-        if name not in fleet:
-            raise ValueError("check: %s of the timeline is not a node of the fleet" % name)
-        if end < start:
-            raise ValueError("check: %s ends (%r) before it starts (%r)" % (name, end, start))
-        if end > start:
-            events.append((start, 1, name))
-            events.append((end, 0, name))
-    events.sort(key=lambda event: (event[0], event[1], event[2]))
+    for drained, entries in ((False, timeline), (True, ahead)):
+        for entry in entries:
+            name, start, end = entry
+            if name not in fleet:
+                raise ValueError("check: %s of the timeline is not a node of the fleet" % name)
+            if end < start:
+                raise ValueError("check: %s ends (%r) before it starts (%r)" % (name, end, start))
+            if end > start:
+                events.append((start, 1, name, drained))
+                events.append((end, 0, name, drained))
+    events.sort(key=lambda event: (event[0], event[1], event[2], event[3]))
+    ahead_now = 0
 
     out = 0
     domain_out: dict = {}
@@ -833,14 +1002,29 @@ def check(timeline, nodes, settings=None) -> list[dict]:
             out += 1
             move(node, 1)
     violations = []
-    for time, kind_of_event, name in events:
+    for time, kind_of_event, name, drained in events:
         node = fleet[name]
         step = 1 if kind_of_event else -1
-        out += step
-        move(node, step)
+        if drained:
+            ahead_now += step
+            for partition in node.partitions:
+                partition_out[partition] = partition_out.get(partition, 0) + step * node.gpus
+        else:
+            out += step
+            move(node, step)
         if not kind_of_event:
             continue
-        if out > config.max_unavailable:
+        if drained:
+            if ahead_now > config.drain_ahead:
+                violations.append(
+                    {
+                        "time": time,
+                        "rule": "drain_ahead",
+                        "detail": "%d nodes drained ahead, drain_ahead %d (%s drained)"
+                        % (ahead_now, config.drain_ahead, name),
+                    }
+                )
+        elif out > config.max_unavailable:
             violations.append(
                 {
                     "time": time,
@@ -849,7 +1033,7 @@ def check(timeline, nodes, settings=None) -> list[dict]:
                     % (out, config.max_unavailable, name),
                 }
             )
-        for kind, member in node.domains.items():
+        for kind, member in () if drained else node.domains.items():
             limit = config.per_domain.get(kind)
             if limit is not None and domain_out[(kind, member)] > limit:
                 violations.append(
@@ -895,6 +1079,7 @@ def plan(nodes, settings=None, now=0) -> dict:
         "unavailable": list(window.unavailable),
         "reserved": list(window.reserved),
         "resumed": list(window.resumed),
+        "drained_ahead": window.drained_ahead,
         "waiting_for_jobs": window.waiting_for_jobs(now),
         "blocked": window.blocked,
     }
@@ -919,6 +1104,8 @@ def describe(preview: dict) -> list[str]:
     if settings["partition_floor"] is not None:
         rules.append("every partition keeps %g of its GPUs" % settings["partition_floor"])
     rules.append("a busy node waits for its job at most %ds" % settings["max_job_wait"])
+    if settings.get("drain_ahead"):
+        rules.append("at most %d busy node(s) drained ahead of their slot" % settings["drain_ahead"])
     lines = [
         "%d node(s) in the fleet, %s; %d to upgrade, %d already done, %d down or drained by others"
         % (
@@ -932,6 +1119,10 @@ def describe(preview: dict) -> list[str]:
     if preview.get("resumed"):
         lines.append(
             "resumed first, out of service already (left by an earlier run): %s" % ", ".join(preview["resumed"])
+        )
+    if preview.get("drained_ahead"):
+        lines.append(
+            "drained ahead by an earlier run, first when their job ends: %s" % ", ".join(preview["drained_ahead"])
         )
     if preview["canary"]:
         lines.append("canary, alone first: %s" % ", ".join(preview["canary"]))

@@ -35,6 +35,7 @@ DEFAULTS = {
     "run_id": None,
     "report_path": None,
     "refresh_interval": 60,
+    "drain_ahead": 0,
     "journal_path": None,
     "resume_journal": "auto",
 }
@@ -81,6 +82,19 @@ def test_a_setting_not_set_is_none_and_its_default_applies():
 def test_seconds_given_as_strings_on_the_command_line_are_accepted():
     assert value_problems("max_job_wait", "600") == []
     assert value_problems("drain_poll_interval", "5") == []
+
+
+def test_drain_ahead_is_a_count_and_needs_slurm():
+    assert value_problems("drain_ahead", "4") == []
+    (found,) = value_problems("drain_ahead", -1)
+    assert found.startswith("gpuops_upgrade_drain_ahead is -1; set a whole number")
+    (without,) = problems(dict(DEFAULTS, drain_ahead=4), dict(RUN, drain_ahead=4), ["gpu1"])
+    assert without == (
+        "gpuops_upgrade_drain_ahead is 4 but gpuops_upgrade_drain is none: nodes are drained ahead of their slot "
+        "only through Slurm; set gpuops_upgrade_drain: slurm, or gpuops_upgrade_drain_ahead: 0"
+    )
+    slurm = dict(DEFAULTS, drain="slurm", slurm_controller="ctl", drain_ahead=4)
+    assert problems(slurm, dict(RUN, drain_ahead=4), ["gpu1", "ctl"]) == []
 
 
 def test_slurm_needs_a_controller_that_is_in_the_inventory():
