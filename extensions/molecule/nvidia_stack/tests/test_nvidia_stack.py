@@ -1,13 +1,17 @@
 """Verify gpuops.cluster.nvidia_stack on the lab after converge and side_effect.yml.
 
-State checked: the nodes were converged on 550.127.05, then moved by side_effect.yml to each host's
-``lab_upgrade_stack`` (ns-h100: the R580 branch; the others: 550.127.08). The side effect leaves
-snapshots of the installed NVIDIA packages in /var/lib/gpuops-test/ (converged, after-upgrades,
-after-wrong-key, upgraded) and the role's report with the resolved stack (upgrade-report.json).
+State checked: the Debian 12 nodes were converged on 550.127.05 and ns-ubuntu (presenting Ubuntu 22.04,
+the ubuntu2204 repository layout) on 580.65.06-0ubuntu1; side_effect.yml then moved each to its
+``lab_upgrade_stack`` (ns-h100: the R580 branch; ns-ubuntu: the R580 branch's newest release in its
+repository, 580.126.20-1ubuntu1; the others: 550.127.08). The side effect leaves snapshots of the installed
+NVIDIA packages in /var/lib/gpuops-test/ (converged, after-upgrades, after-wrong-key, after-refused,
+after-partial-mirror, upgraded) and the role's report with the resolved stack (upgrade-report.json); every
+ansible-playbook run's remote module executions per host are in lab-runs.jsonl in the ephemeral directory.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -22,8 +26,16 @@ testinfra_hosts = [f"podman://{name}" for name in _INVENTORY["gpu_nodes"]["hosts
 
 ROOT = Path(__file__).resolve().parents[4]
 LAB_KEY = ROOT / ".lab" / "repo" / "keys" / "gpuops-lab-archive-keyring.gpg"
-REPO = "http://gpuops-repo/compute/cuda/repos/debian12/x86_64/"
+REPOS = {"ns-ubuntu": "http://gpuops-repo/compute/cuda/repos/ubuntu2204/x86_64/"}
+DEBIAN_REPO = "http://gpuops-repo/compute/cuda/repos/debian12/x86_64/"
 STATE = "/var/lib/gpuops-test"
+RUNS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "")) / "lab-runs.jsonl"
+# What a re-run of playbooks/nvidia_stack.yml on a converged node runs there: the repository check, the one read
+# of the stack and its package index, and the one node_stack call (nouveau blacklist and pins); site.yml adds
+# node_tuning and gpu_health for its five (README).
+RERUN_EXECUTIONS = 3
+# What each node was converged on (molecule.yml's gpuops_stack): the driver package and its exact version.
+CONVERGED_DRIVER = {"ns-ubuntu": ("nvidia-driver-580-open", "580.65.06-0ubuntu1")}
 
 
 def name_of(host):
@@ -48,7 +60,7 @@ def test_keyring_is_the_repository_key_and_named_in_signed_by(host):
     assert keyring.sha256sum == hashlib.sha256(LAB_KEY.read_bytes()).hexdigest()
     source = host.file("/etc/apt/sources.list.d/gpuops-nvidia-cuda.sources").content_string
     assert "Signed-By: /etc/apt/keyrings/gpuops-nvidia-cuda.gpg" in source
-    assert f"URIs: {REPO}" in source
+    assert f"URIs: {REPOS.get(name_of(host), DEBIAN_REPO)}" in source
 
 
 def test_every_resolved_package_is_at_its_exact_version_held_and_pinned(host, report):
@@ -75,8 +87,10 @@ def test_unattended_upgrades_blacklist_covers_the_stack(host, report):
 
 def test_newer_releases_moved_no_pinned_package(host):
     converged = snapshot(host, "converged")
-    assert converged.get("nvidia-driver") == "550.127.05-1"
-    # the repository publishes 550.127.08 and 580.65.06: apt-get upgrade/dist-upgrade and
+    driver, version = CONVERGED_DRIVER.get(name_of(host), ("nvidia-driver", "550.127.05-1"))
+    assert converged.get(driver) == version
+    # the repository publishes newer releases (debian12: 550.127.08, 580.65.06; ubuntu2204: 580.126.20 and
+    # later branches): apt-get upgrade/dist-upgrade and
     # unattended-upgrades (allowed to take the lab origin) must not have moved anything
     assert snapshot(host, "after-upgrades") == converged
 
@@ -89,14 +103,24 @@ def test_wrong_key_installed_nothing(host):
 
 
 def test_changed_request_moved_exactly_the_resolved_packages(host, report):
+    """Only the resolved packages, the removed ones and what a pin of the new stack holds at its driver moved.
+
+    On Ubuntu the driver metapackage's Depends (= version) move with it (libnvidia-compute-580, ...): the
+    resolved stack names the metapackage only, its pins cover them (nvidia-*-580, libnvidia-*-580).
+    """
     before, after = snapshot(host, "converged"), snapshot(host, "upgraded")
     resolved = report["report"]["packages"]
+    removed = set(report["report"]["removed"])
     moved = {name for name in set(before) | set(after) if before.get(name) != after.get(name)}
-    expected = {name for name, version in resolved.items() if before.get(name) != version}
-    expected |= set(report["report"]["removed"])
-    assert moved == expected
-    for name in set(before) - set(resolved) - set(report["report"]["removed"]):
-        assert after[name] == before[name], f"{name} moved although it is not in the new stack"
+    expected = {name for name, version in resolved.items() if before.get(name) != version} | removed
+    assert expected <= moved
+    driver = report["report"]["driver_version"]
+    globs = [glob for pin in report["resolved"]["pins"] for glob in pin["names"]]
+    for name in moved - expected:
+        assert any(fnmatch.fnmatchcase(name, glob) for glob in globs), f"{name} moved although no pin holds it"
+        assert after.get(name, "").startswith(f"{driver}-"), f"{name} moved to {after.get(name)}, not to {driver}"
+    for name in set(before) - set(resolved) - removed - moved:
+        assert after[name] == before[name]
 
 
 def test_a_downgrade_returns_to_exactly_the_older_release(host):
@@ -123,6 +147,68 @@ def test_branch_change_replaced_the_old_branch_packages(host, report):
     # CUDA toolkits install side by side: the old one stays, no longer held
     assert after["cuda-toolkit-12-4"] == "12.4.1-1"
     assert "cuda-toolkit-12-4" not in host.check_output("apt-mark showhold").split()
+
+
+def test_refused_release_changed_nothing_on_any_node(host):
+    """refused.yml: ns-ubuntu asked for 580.105.08, which its repository lacks; every other node asked for a change."""
+    assert snapshot(host, "after-refused") == snapshot(host, "after-upgrades")
+
+
+def test_mirror_without_fabric_manager_installed_nothing(host):
+    if name_of(host) != "ns-ubuntu":
+        pytest.skip("the partial mirror is ubuntu2204's")
+    assert snapshot(host, "after-partial-mirror") == snapshot(host, "after-refused")
+
+
+def test_node_presents_ubuntu_2204(host):
+    if name_of(host) != "ns-ubuntu":
+        pytest.skip("ns-ubuntu presents Ubuntu 22.04")
+    assert (host.system_info.distribution, host.system_info.release) == ("ubuntu", "22.04")
+
+
+def test_branch_request_took_a_release_newer_than_the_matrix_lists(host, report):
+    """The R580 branch resolved, in the node's index, to 580.126.20, which the operator's matrix copy does not list."""
+    if name_of(host) != "ns-ubuntu":
+        pytest.skip("ns-ubuntu validates against the operator's matrix copy")
+    resolved = report["resolved"]
+    assert resolved["driver_request"]["branch"] == "580"
+    assert resolved["driver_request"]["exact"] is None
+    # the resolved stack's driver_version is the newest release the matrix lists for the branch
+    assert resolved["driver_version"] == "580.105.08"
+    assert report["report"]["driver_version"] == "580.126.20"
+
+
+def test_upgrade_within_r580_crossed_the_revision_change(host, report):
+    """580.65.06-0ubuntu1 -> 580.126.20-1ubuntu1; Fabric Manager and NSCQ at -1 both sides (their own revision)."""
+    if name_of(host) != "ns-ubuntu":
+        pytest.skip("ns-ubuntu moves within R580")
+    before, after = snapshot(host, "converged"), snapshot(host, "upgraded")
+    driver_packages = [
+        "nvidia-driver-580-open",
+        "nvidia-kernel-source-580-open",
+        "libnvidia-compute-580",
+        "nvidia-compute-utils-580",
+        "nvidia-utils-580",
+    ]
+    assert {name: before[name] for name in driver_packages} == dict.fromkeys(driver_packages, "580.65.06-0ubuntu1")
+    assert {name: after[name] for name in driver_packages} == dict.fromkeys(driver_packages, "580.126.20-1ubuntu1")
+    for name in ("nvidia-fabricmanager", "libnvidia-nscq"):
+        assert (before[name], after[name]) == ("580.65.06-1", "580.126.20-1")
+    assert report["report"]["removed"] == []
+    preferences = host.file("/etc/apt/preferences.d/gpuops-nvidia.pref").content_string
+    assert "580.65.06" not in preferences
+    assert "Pin: version 580.126.20-1ubuntu1" in preferences
+
+
+def test_idempotent_rerun_runs_three_modules_and_changes_nothing(host):
+    """molecule's idempotence run of converge.yml (the second, not in check mode), counted by the lab's callback."""
+    runs = [json.loads(line) for line in RUNS.read_text(encoding="utf-8").splitlines()]
+    converges = [run for run in runs if run["playbook"] == "converge.yml" and not run["check"]]
+    assert len(converges) >= 2, runs
+    rerun = converges[1]
+    assert rerun["changed"][name_of(host)] == 0
+    assert rerun["failures"][name_of(host)] == 0
+    assert rerun["executions"][name_of(host)] == RERUN_EXECUTIONS
 
 
 def test_loaded_module_is_the_installed_driver_after_the_reboot(host, report):
