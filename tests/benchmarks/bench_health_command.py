@@ -1,6 +1,12 @@
 """Time of the node-side health command (gpuops-gpu-health) per level, with the lab's simulated tools (a plain script).
 
     .venv/bin/python tests/benchmarks/bench_health_command.py [runs]
+    .venv/bin/python tests/benchmarks/bench_health_command.py --lab NODE [runs]
+
+``--lab NODE``: the command as the role installed it on a running lab node (podman container NODE, e.g. s22-gpu2
+while the slurm_22_05 scenario is up, or a ``make lab`` node after playbooks/gpu_healthcheck.yml): ``podman exec
+NODE gpuops-gpu-health --level L --json --no-state``, the node's own configuration and simulated tools; prints per
+level the command's own ``duration_s`` and the wall time including ``podman exec``.
 
 Lays out a node in a temporary directory: the lab's simulated ``nvidia-smi`` (extensions/molecule/lab/nvidia-smi,
 8x H100 SXM behind NVSwitch, Fabric Manager up), ``systemctl`` answering ``active``, ``dcgmi`` and
@@ -76,7 +82,29 @@ def wall(argv, env, runs):
     return statistics.median(samples), max(samples), last
 
 
+def on_lab_node(node, runs):
+    """Per level, the command's own duration_s and the wall time of ``podman exec`` on a running lab node."""
+    print("lab node %s, %d runs per figure, %d CPUs here, load %.1f" % (node, runs, os.cpu_count(), os.getloadavg()[0]))
+    for level in ("quick", "standard", "extended"):
+        argv = ["podman", "exec", node, "gpuops-gpu-health", "--level", level, "--json", "--no-state"]
+        durations, walls, payload = [], [], {}
+        for _unused in range(runs):
+            start = time.perf_counter()
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+            walls.append((time.perf_counter() - start) * 1000)
+            payload = json.loads(done.stdout)
+            durations.append(payload["duration_s"] * 1000)
+        print(
+            "%-9s command median %7.1f ms  max %7.1f ms  (podman exec wall median %7.1f ms), exit %d, %d commands"
+            % (level, statistics.median(durations), max(durations), statistics.median(walls), done.returncode,
+               len(payload.get("commands") or []))
+        )  # fmt: skip
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--lab":
+        on_lab_node(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 10)
+        return
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     with tempfile.TemporaryDirectory() as tmp:
         node = lay_out(Path(tmp))

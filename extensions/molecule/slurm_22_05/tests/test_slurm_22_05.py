@@ -9,17 +9,11 @@ upgrades both and resumes them. The helpers are the rolling_upgrade scenario's (
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
-
-_PATH = Path(__file__).resolve().parents[2] / "rolling_upgrade" / "tests" / "test_rolling_upgrade.py"
-_SPEC = importlib.util.spec_from_file_location("rolling_upgrade_cases", _PATH)
-ru = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(ru)
+from rollout_helpers import ru
 
 
 @pytest.fixture(scope="module", name="rollout")
