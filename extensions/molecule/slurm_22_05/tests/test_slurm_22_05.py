@@ -11,9 +11,29 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
+import time
 
 import pytest
 from rollout_helpers import ru
+
+
+def release_and_watch(node: str, job: str) -> tuple[threading.Thread, dict]:
+    """``ru.release_when_draining``, then the job's settled state, read at once: slurmctld forgets a finished job
+    after MinJobAge (300 s), sooner than a rollout on a loaded machine ends (``scontrol show job`` then fails)."""
+    seen = {}
+
+    def release():
+        try:
+            ru.wait_for(f"{node} draining", lambda: ru.drained(ru.slurm_nodes()[node]), timeout=600)
+            time.sleep(3)
+        finally:
+            ru.sh(node, "touch", ru.RELEASE, check=False)
+        seen["job_state"] = ru.settled_job_state(job)
+
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
+    return thread, seen
 
 
 @pytest.fixture(scope="module", name="rollout")
@@ -27,16 +47,16 @@ def fixture_rollout(tmp_path_factory):
     assert all(ru.installed(node)["nvidia-driver"].startswith(ru.OLD) for node in ru.NODES)
     ru.sh(ru.CANARY, "rm", "-f", ru.RELEASE)
     job = ru.submit_job(ru.CANARY, ru.UNTIL_RELEASED, minutes=5)
-    release = ru.release_when_draining(ru.CANARY)
+    release, seen = release_and_watch(ru.CANARY, job)
     run, audit, wall = ru.upgrade(
         workdir, "healthy_22_05", ru.NEW, gpuops_upgrade_max_unavailable=1, gpuops_upgrade_max_job_wait=600
     )
-    release.join(timeout=30)
+    release.join(timeout=150)
     ru.sh(ru.CANARY, "rm", "-f", ru.RELEASE)
     state = {
         "version": version,
         "scontrol_json_rc": scontrol_json.returncode,
-        "job_state": ru.settled_job_state(job),
+        "job_state": seen.get("job_state"),
         "slurm": ru.slurm_nodes(),
         "sinfo": json.loads(ru.sh(ru.CONTROLLER, "sinfo", "--json")),
         "installed": {node: ru.installed(node) for node in ru.NODES},
