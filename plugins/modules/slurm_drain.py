@@ -63,6 +63,15 @@ options:
     description: Seconds between two reads of the node while waiting.
     type: int
     default: 10
+  resume_wait:
+    description:
+      - With O(state=resumed) and O(wait), the most seconds to wait, reading the node every 2 seconds, until Slurm
+        has it back in service (responding, not down, not drained). A node rebooted by its upgrade may still be
+        not responding, and one resumed before its C(slurmd) registered is downed by Slurm as "Node unexpectedly
+        rebooted" when it does (ReturnToService=1); such a node is resumed again. When the time runs out the
+        result says RV(timed_out); the node is left as Slurm has it.
+    type: int
+    default: 120
   sinfo_path:
     description: Path of C(sinfo). Default is the one on C(PATH).
     type: path
@@ -143,15 +152,24 @@ drained:
   type: bool
   sample: true
 timed_out:
-  description: True when O(wait_timeout) passed with jobs still running.
+  description: >-
+    True when O(wait_timeout) passed with jobs still running, or, for O(state=resumed), when O(resume_wait) passed
+    before the node was back in service.
   returned: always
   type: bool
   sample: false
 waited:
-  description: Seconds spent waiting for jobs.
+  description: Seconds spent waiting for jobs, or for the resumed node to be back in service.
   returned: always
   type: float
   sample: 42.0
+resumed_again:
+  description: >-
+    How many times a node resumed by this call was resumed again after Slurm downed it as "Node unexpectedly
+    rebooted" (its slurmd registered after the resume; at most 3).
+  returned: always
+  type: int
+  sample: 0
 commands:
   description: Every scontrol command run (sinfo reads are not listed).
   returned: always
@@ -242,6 +260,7 @@ def main():
             "wait": {"type": "bool", "default": True},
             "wait_timeout": {"type": "int", "default": 3600},
             "poll_interval": {"type": "int", "default": 10},
+            "resume_wait": {"type": "int", "default": 120},
             "sinfo_path": {"type": "path"},
             "scontrol_path": {"type": "path"},
         },
@@ -289,6 +308,22 @@ def main():
 
     waited = 0.0
     timed_out = False
+    resumed_again = 0
+    if state == "resumed" and action == "resume" and params["wait"] and not module.check_mode:
+        # Back in service before the slot is given back: a node rebooted by its upgrade may still be not
+        # responding, and one resumed before its slurmd registered is downed by Slurm when it does.
+        start = time.monotonic()
+        while not slurm_node.in_service(after):
+            if slurm_node.downed_for_our_reboot(after) and resumed_again < 3:
+                _scontrol(module, slurm_node.resume_argv(scontrol, name), commands)
+                resumed_again += 1
+            waited = time.monotonic() - start
+            if waited >= params["resume_wait"]:
+                timed_out = True
+                break
+            time.sleep(min(2, max(params["resume_wait"] - waited, 0.001)))
+            after = reader.read(name)
+        waited = round(time.monotonic() - start, 3)
     if state == "drained" and params["wait"] and not module.check_mode:
         start = time.monotonic()
         while after["jobs_running"]:
@@ -309,6 +344,7 @@ def main():
         "drained": bool(after["drain"] and not after["jobs_running"]),
         "timed_out": timed_out,
         "waited": waited,
+        "resumed_again": resumed_again,
         "commands": commands,
     }
     if module._diff:

@@ -420,6 +420,23 @@ def decide_resume(node: dict, prefix: str) -> dict:
     return {"action": "none", "ours": False, "pre_existing": False}
 
 
+# The reason slurmctld gives a node that registers with a boot time newer than it knew, when the reboot was not
+# asked through Slurm (ReturnToService=1 keeps it down); set only when the node had no reason (Slurm's node_mgr.c).
+SLURM_REBOOT_REASON = "Node unexpectedly rebooted"
+
+
+def in_service(node: dict) -> bool:
+    """True when Slurm can schedule on the node again: responding, not down, not drained."""
+    if node["state"] in UNREACHABLE_STATES or UNREACHABLE_FLAGS.intersection(node["state_flags"]):
+        return False
+    return node["state"] not in OUT_OF_SERVICE_STATES and not node["drain"]
+
+
+def downed_for_our_reboot(node: dict) -> bool:
+    """True for a node Slurm downed for a reboot it did not ask for: resumed by us before its slurmd registered."""
+    return node["state"] in OUT_OF_SERVICE_STATES and (node.get("reason") or "").strip() == SLURM_REBOOT_REASON
+
+
 def drain_argv(scontrol: str, node: str, reason: str) -> list[str]:
     """``scontrol update nodename=N state=drain reason=...`` as one argv (no shell, no quoting)."""
     return [scontrol, "update", "nodename=%s" % node, "state=drain", "reason=%s" % reason]

@@ -227,3 +227,49 @@ def test_scontrol_failure_is_reported_with_its_output(slurm, run):
         run({"node": "n1", "state": "drained", "run_id": RUN})
     assert failed.value.result["stderr"] == "scontrol: error: Invalid user for SlurmUser"
     assert "Slurm operator" in failed.value.result["msg"]
+
+
+def test_a_resumed_node_downed_for_its_reboot_is_resumed_again(slurm, run):
+    """Resumed before its slurmd registered: Slurm downs it as rebooted unexpectedly; the module resumes it again."""
+    slurm.nodes["n1"] = {"state": "idle", "flags": ["DRAIN"], "reason": "gpuops-upgrade[older-run]: upgrading"}
+    original = slurm._scontrol
+    registered = []
+
+    def scontrol(args):
+        answer = original(args)
+        if not registered:  # the node registers after the first resume: down, reason Slurm's
+            registered.append(True)
+            slurm.nodes["n1"] = {"state": "down", "flags": [], "reason": "Node unexpectedly rebooted"}
+        return answer
+
+    slurm._scontrol = scontrol
+    result = run({"node": "n1", "state": "resumed"})
+    assert result["resumed_again"] == 1
+    assert result["timed_out"] is False
+    assert result["node"]["state"] == "idle"
+    assert len(slurm.scontrol_calls()) == 2
+
+
+def test_a_resumed_node_not_responding_is_waited_for_within_the_bound(slurm, run):
+    slurm.nodes["n1"] = {"state": "idle", "flags": ["DRAIN"], "reason": "gpuops-upgrade[older-run]: upgrading"}
+    original = slurm._scontrol
+
+    def scontrol(args):
+        answer = original(args)
+        slurm.nodes["n1"]["flags"] = ["NOT_RESPONDING"]
+        return answer
+
+    slurm._scontrol = scontrol
+    result = run({"node": "n1", "state": "resumed", "resume_wait": 10})
+    assert result["timed_out"] is True
+    assert result["waited"] >= 10
+    assert result["resumed_again"] == 0
+    slurm.nodes["n1"]["flags"] = []
+    assert run({"node": "n1", "state": "resumed"})["changed"] is False
+
+
+def test_someone_elses_down_is_never_resumed_again(slurm, run):
+    slurm.nodes["n1"] = {"state": "down", "flags": [], "reason": "Node unexpectedly rebooted"}
+    result = run({"node": "n1", "state": "resumed"})
+    assert result["changed"] is False
+    assert slurm.scontrol_calls() == []
