@@ -21,10 +21,10 @@ bound, under ``subprocess``'s own timeout a few seconds later. The configuration
 
 from __future__ import annotations
 
-import argparse
 # gpuops-gpu-health runs on the node without Ansible (no AnsibleModule, so no run_command): its tools go
 # through subprocess, as argv lists, in the C locale, each under a timeout.
 # pylint: disable=ansible-bad-function
+import argparse
 import json
 import os
 import re
