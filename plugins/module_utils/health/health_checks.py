@@ -396,16 +396,21 @@ def _gpu_by_bus(gpus):
     return {gpu["pci_key"]: gpu for gpu in gpus if gpu.get("pci_key")}
 
 
-def _xid_checks(kernel, gpus):
-    by_bus = _gpu_by_bus(gpus)
+def _events_by_code_and_bus(kernel, kind):
+    """Kernel events of one kind grouped by (code, PCI bus id): ``{key: {count, last}}``."""
     groups = {}
     for event in kernel["events"]:
-        if event["kind"] != "xid":
+        if event["kind"] != kind:
             continue
-        key = (event["code"], event["pci_bus_id"])
-        group = groups.setdefault(key, {"count": 0, "last": event})
+        group = groups.setdefault((event["code"], event["pci_bus_id"]), {"count": 0, "last": event})
         group["count"] += 1
         group["last"] = event
+    return groups
+
+
+def _xid_checks(kernel, gpus):
+    by_bus = _gpu_by_bus(gpus)
+    groups = _events_by_code_and_bus(kernel, "xid")
     if not groups:
         return [_check("xid", "pass", "no Xid events in the window")]
     checks = []
@@ -479,14 +484,7 @@ def _fallen_off_bus_checks(kernel, gpus):
 
 
 def _sxid_checks(kernel):
-    groups = {}
-    for event in kernel["events"]:
-        if event["kind"] != "sxid":
-            continue
-        key = (event["code"], event["pci_bus_id"])
-        group = groups.setdefault(key, {"count": 0, "last": event})
-        group["count"] += 1
-        group["last"] = event
+    groups = _events_by_code_and_bus(kernel, "sxid")
     if not groups:
         return [_check("sxid", "pass", "no NVSwitch SXid events in the window")]
     checks = []
