@@ -101,6 +101,19 @@ def state_key(state) -> tuple | None:
     return tuple(keys)
 
 
+def journal_says(node, left: set, ahead: set):
+    """``node`` marked as a previous run's journal left it: out of service (``resume``) when in ``left``, drained
+    ahead when in ``ahead``. A node whose scheduler said where it is (``resume`` set, true or false:
+    fleet_nodes.window_nodes) keeps the scheduler's word."""
+    if not isinstance(node, dict) or node.get("done") or "resume" in node:
+        return node
+    if node.get("name") in left:
+        return dict(node, resume=True)
+    if node.get("name") in ahead:
+        return dict(node, drained_ahead=True)
+    return node
+
+
 def slot_state(task) -> str | None:
     """``acquired`` or ``released`` for an upgrade_slot task, None for any other task."""
     if task is None or task.action not in SLOT_ACTIONS:
@@ -183,8 +196,9 @@ class StrategyModule(FreeStrategyModule):
             if slot == "acquired":
                 waiting.append((host, task))
                 continue
-            elif host.name in self._holding and iterator.is_failed(host):
-                self._left(host, "left the run while out of service")
+            # A host holding a slot has left the run only when it has no task left (above). Not when Ansible
+            # counts it failed: it does so while a rescue flushes handlers (the rollback's reboot), while the
+            # node is still out of service; a host that failed for good has no task left.
             visible.append(host)
         if self._holding:
             left = {host.name for host in hosts}
@@ -659,14 +673,7 @@ class StrategyModule(FreeStrategyModule):
                 ) from error
             left = set(run_journal.to_resume(replayed))
             ahead = set(replayed["drained_ahead"]) - left
-            nodes = [
-                dict(node, resume=True)
-                if isinstance(node, dict) and node.get("name") in left and not node.get("done")
-                else dict(node, drained_ahead=True)
-                if isinstance(node, dict) and node.get("name") in ahead and not node.get("done")
-                else node
-                for node in nodes
-            ]
+            nodes = [journal_says(node, left, ahead) for node in nodes]
             resume["resumed_from"] = previous
         try:
             self._journal = run_journal.JournalWriter(path)

@@ -149,6 +149,24 @@ def test_the_first_failure_admits_nothing_new(tmp_path):
         assert acquired[host]["slot"]["reason"] == "the run halted before this node started"
 
 
+def test_a_node_rolled_back_in_its_rescue_holds_its_slot_until_it_gives_it_back(tmp_path):
+    """Ansible counts a host as failed while a rescue flushes handlers (the rollback's reboot): the window must not
+    take that for a host that left the run, nor give its slot back while the node is still rolling back."""
+    hosts = {name: ({"rolls_back": True} if name == "n2" else {}) for name in ("n1", "n2", "n3")}
+    nodes = [{"name": name, "canary": name == "n1"} for name in ("n1", "n2", "n3")]
+    journal = {"path": str(tmp_path / "rollback.journal.jsonl"), "run_id": "rollback", "target": "t", "resume": "none"}
+    acquired, released = run_window(tmp_path, "rollback", hosts, nodes, {"max_unavailable": 1}, journal=journal)
+    slot = released["n2"]
+    assert slot["ok"] is True, slot
+    assert slot["halted"] is True
+    assert slot.get("reason") != "left the run while out of service", slot
+    assert not acquired["n3"]["admitted"]
+    replayed = run_journal.replay(run_journal.read(journal["path"]))
+    assert replayed["failed"] == []
+    assert replayed["in_flight"] == []
+    assert replayed["halted"]["node"] == "n2"
+
+
 def test_nodes_that_can_never_fit_pass_not_admitted_with_the_reason(tmp_path):
     nodes = [{"name": name, "partitions": ["batch"], "gpus": 8} for name in ("n1", "n2")]
     acquired, released = run_window(

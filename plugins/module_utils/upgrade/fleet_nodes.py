@@ -18,7 +18,9 @@ A node to upgrade that Slurm shows drained by us (``owner: ours``: the reason ca
 prefix; left by a run that crashed or halted) is out of service already: the window counts
 it so from the start and takes it first (``resume``). One drained ahead of its slot (our reason
 ends with ``window_plan.DRAIN_AHEAD_REASON``) still runs its job and held no slot: it starts
-drained ahead (``drained_ahead``), takes its slot first when its job ends.
+drained ahead (``drained_ahead``), takes its slot first when its job ends. A node Slurm shows in
+service, with no drain of ours, has ``resume`` and ``drained_ahead`` false: Slurm is the truth about
+it, whatever a previous run's journal says.
 """
 
 from __future__ import annotations
@@ -100,5 +102,10 @@ def window_nodes(hosts, slurm=None, canary=()) -> list[dict]:
                     node["drained_ahead"] = True
                 else:
                     node["resume"] = True
+            elif node.get("state") in ("idle", "busy"):
+                # In service by Slurm's word: a journal that left it out (a node rolled back and given back after
+                # its record was written, say) is not taken for the truth.
+                node["resume"] = False
+                node["drained_ahead"] = False
         nodes.append(node)
     return nodes

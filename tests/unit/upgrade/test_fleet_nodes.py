@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import fleet_nodes, window_plan
+from ansible_collections.gpuops.cluster.plugins.strategy import upgrade_window
 
 HOSTS = [
     {"host": "gpu01", "done": False, "domains": {"rack": "r1"}, "scheduler_name": "node01"},
@@ -35,6 +36,8 @@ def test_nodes_carry_domains_canary_done_and_the_slurm_state_by_inventory_name()
             "job_end": 1000,
             "partitions": ["gpu"],
             "gpus": 8,
+            "resume": False,
+            "drained_ahead": False,
         },
         {
             "name": "gpu02",
@@ -49,6 +52,24 @@ def test_nodes_carry_domains_canary_done_and_the_slurm_state_by_inventory_name()
     ]
     # what the window takes as is
     assert [node.name for node in window_plan.nodes_of(nodes)] == ["gpu01", "gpu02"]
+
+
+def test_slurm_is_the_truth_about_a_node_a_previous_journal_left_out():
+    """A node in service with no drain of ours: resume false, which a previous run's journal does not override; one
+    drained by us: resume true; without a scheduler the journal decides (no resume key)."""
+    ours = dict(SLURM[0], name="node03", owner="ours", reason="gpuops-upgrade[run-1]: failed")
+    hosts = [*HOSTS, {"host": "gpu03", "scheduler_name": "node03"}]
+    nodes = {node["name"]: node for node in fleet_nodes.window_nodes(hosts, [*SLURM, ours])}
+    left = {"gpu01", "gpu03"}
+    said = {name: upgrade_window.journal_says(node, left, set()) for name, node in nodes.items()}
+    assert said["gpu01"]["resume"] is False
+    assert said["gpu03"]["resume"] is True
+    assert "resume" not in said["gpu02"]  # done: not taken again
+    plain = fleet_nodes.window_nodes([{"host": "gpu01"}])[0]
+    assert upgrade_window.journal_says(plain, left, set())["resume"] is True
+    assert upgrade_window.journal_says(plain, set(), {"gpu01"})["drained_ahead"] is True
+    window = window_plan.Window(list(said.values()), {"max_unavailable": 1})
+    assert window.resumed == ["gpu03"]
 
 
 def test_without_a_scheduler_every_node_is_idle_in_no_partition():

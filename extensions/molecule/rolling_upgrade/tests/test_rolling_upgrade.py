@@ -568,14 +568,6 @@ def fixture_continued(workdir, rolled_back):
     return blocked, run, audit, state
 
 
-@pytest.mark.xfail(
-    reason=(
-        "known defect on Slurm 24.11 (open in issue 17): the node whose job has no time limit is admitted, drained "
-        "for max_job_wait, then resumed and deferred, instead of deferred at once without a drain (it passed on "
-        "22.05); the outcome is safe (in service, not upgraded, never stranded) and the next test checks it"
-    ),
-    strict=False,
-)
 def test_continue_defers_the_busy_node_in_service_and_goes_on(continued):
     blocked, run, audit, state = continued
     assert run.rc == 0, run.stdout[-4000:]
