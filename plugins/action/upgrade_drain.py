@@ -78,6 +78,11 @@ class ActionModule(ActionBase):
         why = drain_adapter.module_failure(answer)
         if why is not None:
             return drain_adapter.failure(req, drain_adapter.SLURM_DRAIN, "state=%s" % module_args["state"], why, answer)
+        why = drain_adapter.slurm_not_back(answer)
+        if why is not None:
+            return drain_adapter.failure(
+                req, drain_adapter.SLURM_DRAIN, "state=resumed", why, answer, ours=True, changed=True
+            )
         return drain_adapter.slurm_record(req, answer)
 
     def _kubernetes(self, req, task_vars):

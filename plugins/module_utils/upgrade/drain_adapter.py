@@ -176,6 +176,23 @@ def slurm_args(req: dict) -> dict | None:
     return args
 
 
+def slurm_not_back(result: dict) -> str | None:
+    """Why a node slurm_drain resumed is not back in service (its ``resume_wait`` ran out), None when it is.
+
+    A node that does not come back after its upgrade is not given back as if it had: the task fails, the node is
+    recorded failed with Slurm's state and reason, and the window halts.
+    """
+    if result.get("action") != "resume" or not result.get("timed_out"):
+        return None
+    node = result.get("node") or {}
+    state = "+".join([str(node.get("state") or "unknown"), *[str(flag) for flag in node.get("state_flags") or []]])
+    return "not back in service %ss after its resume: Slurm shows it %s (reason: %s); see slurmd on the node" % (
+        int(result.get("waited") or 0),
+        state,
+        node.get("reason") or "none",
+    )
+
+
 def slurm_record(req: dict, result: dict | None) -> dict:
     """The record from slurm_drain's result (None when ``slurm_args`` called nothing)."""
     if result is None:

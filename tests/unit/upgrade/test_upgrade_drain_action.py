@@ -186,6 +186,19 @@ def test_slurm_restored_ours_resumes():
     assert (result["action"], result["ours"], result["changed"], result["reason"]) == ("resume", True, True, None)
 
 
+def test_slurm_restored_not_back_in_service_fails_with_slurms_state():
+    """slurm_drain resumed the node but its resume_wait ran out: the node is not given back as if it were."""
+    answer = slurm_answer(action="resume", timed_out=True, waited=120.4, reason="Not responding")
+    answer["node"].update(drain=False, state="down", state_flags=["not_responding"])
+    result, _modules = run({"adapter": "slurm", "state": "restored", "ours": True}, answer)
+    assert result["failed"] is True
+    assert result["msg"] == (
+        "gpuops.cluster.slurm_drain state=resumed for node gpu-a01: not back in service 120s after its resume: "
+        "Slurm shows it down+not_responding (reason: Not responding); see slurmd on the node"
+    )
+    assert (result["ours"], result["changed"]) == (True, True)
+
+
 def test_slurm_restored_not_ours_calls_nothing():
     result, modules = run({"adapter": "slurm", "state": "restored", "ours": False})
     assert modules.calls == []
