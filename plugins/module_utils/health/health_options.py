@@ -1,0 +1,47 @@
+# Copyright: contributors to gpuops.cluster
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The operator's ``gpuops_health_*`` settings as ``gpuops.cluster.gpu_health`` options, from one table.
+
+playbooks/health_check.yml, the rolling upgrade's survey and gate (roles/rolling_upgrade) and the node-side
+command's configuration (roles/gpu_healthcheck) all take their options from :func:`health_options` (through the
+lookup gpuops.cluster.health_options), so a setting reaches every one of them: ``gpuops_health_<option>`` is
+option ``<option>``. A caller leaves out, by name, what it sets itself (the upgrade writes no metrics file; the
+node command keeps its own kernel-log cursor).
+"""
+
+from __future__ import annotations
+
+PREFIX = "gpuops_health_"
+# gpu_health options an operator sets for the whole fleet (the level and fail_on_unhealthy belong to each caller).
+OPTIONS = (
+    "expected_gpu_count",
+    "expected_gpu_model",
+    "expected_driver_version",
+    "expected_ib_ports",
+    "expected_ib_port_count",
+    "expected_ib_rate",
+    "thresholds",
+    "skip_checks",
+    "since",
+    "prometheus_textfile",
+    "nvidia_smi_path",
+    "kernel_log",
+    "infiniband_root",
+    "settle_timeout",
+)
+
+
+def health_options(variables, exclude=()) -> dict:
+    """``{option: value}`` for each ``gpuops_health_<option>`` set (not null) in ``variables``, but ``exclude``."""
+    if not isinstance(variables, dict):
+        raise ValueError("health_options takes the host's variables as a mapping, got %r" % (variables,))
+    if isinstance(exclude, str):
+        exclude = [exclude]
+    unknown = sorted(set(exclude) - set(OPTIONS))
+    if unknown:
+        raise ValueError("exclude names %s, not health options; known: %s" % (", ".join(unknown), ", ".join(OPTIONS)))
+    return {
+        option: variables[PREFIX + option]
+        for option in OPTIONS
+        if option not in exclude and variables.get(PREFIX + option) is not None
+    }

@@ -1,0 +1,69 @@
+"""health_options: the gpuops_health_* settings as gpu_health options, one table for every caller."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleLookupError
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+from ansible_collections.gpuops.cluster.plugins.lookup.health_options import LookupModule
+from ansible_collections.gpuops.cluster.plugins.module_utils import variable_registry
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import health_options, node_command
+from ansible_collections.gpuops.cluster.plugins.modules import gpu_health
+
+
+def test_every_option_is_a_gpu_health_option_and_a_registered_setting():
+    spec = gpu_health.argument_spec()
+    known = variable_registry.load_known_variables()["gpuops_"]
+    for option in health_options.OPTIONS:
+        assert option in spec, option
+        assert health_options.PREFIX + option in known, option
+
+
+def test_the_node_command_takes_every_option_but_those_its_role_leaves_out():
+    left_out = {"since", "settle_timeout", "prometheus_textfile"}  # roles/gpu_healthcheck/vars/main.yml
+    assert set(health_options.OPTIONS) - left_out <= set(node_command.CONFIG_DEFAULTS)
+
+
+def test_set_values_become_options_null_and_other_variables_do_not():
+    variables = {
+        "gpuops_health_expected_gpu_count": 8,
+        "gpuops_health_expected_ib_port_count": 4,
+        "gpuops_health_since": None,
+        "gpuops_health_level": "standard",  # the caller's own, not in the table
+        "gpuops_target_hosts": "gpu_nodes",
+    }
+    assert health_options.health_options(variables) == {"expected_gpu_count": 8, "expected_ib_port_count": 4}
+    assert health_options.health_options(variables, ["expected_gpu_count"]) == {"expected_ib_port_count": 4}
+
+
+@pytest.mark.parametrize(
+    ("variables", "exclude", "message"),
+    [
+        ({}, ["settle_timout"], "exclude names settle_timout, not health options; known: expected_gpu_count"),
+        ([], (), "takes the host's variables as a mapping"),
+    ],
+)
+def test_bad_input_is_refused(variables, exclude, message):
+    with pytest.raises(ValueError, match=message):
+        health_options.health_options(variables, exclude)
+
+
+def test_the_lookup_templates_only_the_health_settings():
+    variables = {
+        "gpuops_health_expected_gpu_count": trust_as_template("{{ 4 * 2 }}"),
+        "gpuops_health_expected_ib_ports": ["mlx5_0", "mlx5_1"],
+        "gpuops_health_settle_timeout": 60,
+        "unrelated": trust_as_template("{{ undefined_variable_here }}"),  # never templated
+    }
+    loader = DataLoader()
+    lookup = LookupModule(loader=loader, templar=Templar(loader, variables))
+    assert lookup.run([], variables, exclude=["settle_timeout"]) == [
+        {"expected_gpu_count": 8, "expected_ib_ports": ["mlx5_0", "mlx5_1"]}
+    ]
+
+
+def test_the_lookup_refuses_terms_and_unknown_keywords():
+    lookup = LookupModule(loader=DataLoader(), templar=Templar(DataLoader(), {}))
+    with pytest.raises(AnsibleLookupError, match="takes no terms and only exclude"):
+        lookup.run([], {}, exlude=["since"])
