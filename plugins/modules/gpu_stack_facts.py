@@ -114,6 +114,17 @@ options:
         description: Seconds the index query may take.
         type: int
         default: 120
+      os_id:
+        description:
+          - The resolved stack's C(os_id) (C(debian12), C(rhel9)). Set, the module also says which OS repositories
+            NVIDIA's packages depend on the node lacks (C(gpu_stack.index.os_repositories)): Debian's C(contrib)
+            component (read with one C(apt-cache policy) call), EPEL and CRB on the RHEL family (read from the
+            C(.repo) files of O(index.repos_dir)). Ubuntu needs none.
+        type: str
+      repos_dir:
+        description: Where dnf's C(.repo) files are (dnf nodes, with O(index.os_id)).
+        type: path
+        default: /etc/yum.repos.d
   nvswitch_pci_ids:
     description:
       - NVIDIA (vendor C(10de)) PCI device ids that are NVSwitch functions.
@@ -231,6 +242,8 @@ ansible_facts:
               requested branch and keeps it), C(newer_available) (a newer allowed release the index holds),
               C(repositories) the versions came from, and C(problems), one line a package with what was looked for
               and what the repository holds (empty when everything was found).
+            - With O(index.os_id), C(os_repositories.missing) lists the OS repositories the node lacks, each
+              C({id, kind, message, ...}) (plugins/module_utils/stack/os_repositories.py); empty when it lacks none.
           type: dict
           returned: when O(index) is set
           sample:
@@ -255,6 +268,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner impo
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
     apt_pinning,
+    os_repositories,
     package_index,
     rpm_versionlock,
     stack_facts,
@@ -329,6 +343,38 @@ def read_index(module, manager, names, timeout):
         return parse(out)
     except package_index.PackageIndexError as exc:
         module.fail_json(msg=f"cannot read the package index: {exc}", stdout=out, cmd=argv)
+
+
+def read_os_repositories(module, manager, os_id, params) -> dict:
+    """``{missing}``: the OS repositories the stack of ``os_id`` needs that the node lacks (os_repositories)."""
+    timeout = params["timeout"]
+    try:
+        if manager == "apt":
+            if not os_id.startswith("debian"):
+                return {"missing": []}
+            argv = [module.get_bin_path("apt-cache", required=True), "policy"]
+            limiter = module.get_bin_path("timeout")
+            if limiter:
+                argv = [limiter, str(timeout), *argv]
+            rc, out, err = module.run_command(argv)
+            if rc != 0:
+                module.fail_json(msg=f"could not list apt's sources: {first_line(err, out)}", rc=rc, cmd=argv)
+            missing = os_repositories.missing(os_id, apt_entries=os_repositories.parse_apt_policy(out))
+            keyring = os.path.exists(os_repositories.DEBIAN_ARCHIVE_KEYRING)
+            for entry in missing:
+                if entry["kind"] == "apt":
+                    entry["signed_by"] = os_repositories.DEBIAN_ARCHIVE_KEYRING if keyring else None
+            return {"missing": [dict(entry, message=os_repositories.describe(entry)) for entry in missing]}
+        directory = params["repos_dir"]
+        names = (
+            sorted(name for name in os.listdir(directory) if name.endswith(".repo")) if os.path.isdir(directory) else []
+        )
+        texts = [(name, read_value(os.path.join(directory, name)) or "") for name in names]
+        arch = os.uname().machine
+        missing = os_repositories.missing(os_id, repos=os_repositories.parse_repo_files(texts), arch=arch)
+        return {"missing": [dict(entry, message=os_repositories.describe(entry)) for entry in missing]}
+    except os_repositories.RepositoryReadError as exc:
+        module.fail_json(msg=f"cannot read the node's OS repositories: {exc}")
 
 
 def loaded_module(path):
@@ -427,6 +473,8 @@ def main():
                     "driver": {"type": "dict", "required": True},
                     "pins": {"type": "list", "elements": "dict", "default": []},
                     "timeout": {"type": "int", "default": 120},
+                    "os_id": {"type": "str"},
+                    "repos_dir": {"type": "path", "default": "/etc/yum.repos.d"},
                 },
             },
         },
@@ -472,6 +520,8 @@ def main():
         index = package_index.resolve(
             wanted, params["index"]["pins"], params["index"]["driver"], available, installed, manager
         )
+        if params["index"]["os_id"]:
+            index["os_repositories"] = read_os_repositories(module, manager, params["index"]["os_id"], params["index"])
         if not index["problems"]:
             wanted = index["packages"]
             for item in wanted:

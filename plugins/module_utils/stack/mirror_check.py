@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import package_index
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import os_repositories, package_index
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_version import compare_versions
 
 # The parts of a resolved stack (stack_resolver.resolve) that decide what a repository is asked.
@@ -47,16 +47,12 @@ def parse_apt_policy_sources(text):
     """The repository URLs in ``apt-cache policy`` (no package names), in apt's order, without the dpkg status.
 
     A line such as `` 500 http://host/compute/cuda/repos/ubuntu2204/x86_64  Packages`` (flat repository) or
-    `` 500 http://deb.debian.org/debian bookworm/main amd64 Packages`` gives its URL.
+    `` 500 http://deb.debian.org/debian bookworm/main amd64 Packages`` gives its URL
+    (:func:`os_repositories.parse_apt_policy`); no ``Package files:`` section, no URL.
     """
-    urls = []
-    for raw in (text or "").splitlines():
-        fields = raw.split()
-        if len(fields) < 3 or not fields[0].isdigit() or fields[-1] != "Packages":
-            continue
-        if fields[1] not in urls:
-            urls.append(fields[1])
-    return urls
+    if not text or "Package files:" not in text:
+        return []
+    return list(dict.fromkeys(entry["url"] for entry in os_repositories.parse_apt_policy(text)))
 
 
 def _stack_key(stack):

@@ -1,7 +1,7 @@
 """Run the stack modules against a fake node, through the shared module harness (tests/unit/module_harness.py).
 
 The harness's ``run_command`` and ``get_bin_path`` ask a ``FakeNode`` that
-answers apt-mark, dpkg-query, rpm, dnf, nvidia-smi and lspci from its state and
+answers apt-mark, apt-cache, dpkg-query, rpm, dnf, nvidia-smi and lspci from its state and
 records every argv; ``exit_json``/``fail_json`` raise so a test reads the result.
 """
 
@@ -24,6 +24,9 @@ class FakeNode:
         self.nvidia_smi = (0, "", "")
         self.lspci = (0, "", "")
         self.units: dict[str, tuple[str, str]] = {}  # service -> (ActiveState, UnitFileState)
+        self.madison = ""  # apt-cache madison output
+        self.policy = ""  # apt-cache policy output
+        self.repoquery = ""  # dnf repoquery output
         self.fail: dict[str, tuple[int, str, str]] = {}
         self.calls: list[list[str]] = []
 
@@ -78,6 +81,8 @@ class FakeNode:
         return rc, "".join(out), ""
 
     def _dnf(self, argv):
+        if argv[0] == "repoquery":
+            return 0, self.repoquery, ""
         if argv[:4] == ["-q", "module", "list", "--enabled"]:
             name = argv[4]
             if name not in self.enabled_streams:
@@ -89,6 +94,13 @@ class FakeNode:
             self.enabled_streams[name] = stream
             return 0, "", ""
         raise AssertionError(f"unexpected dnf {argv}")
+
+    def _apt_cache(self, argv):
+        if argv[0] == "madison":
+            return 0, self.madison, ""
+        if argv == ["policy"]:
+            return 0, self.policy, ""
+        raise AssertionError(f"unexpected apt-cache {argv}")
 
     def _nvidia_smi(self, argv):
         return self.nvidia_smi

@@ -212,3 +212,47 @@ def test_no_services_asked_or_no_systemctl_no_call(run_module, converged, files)
     converged.binaries.add("systemctl")
     assert facts_of(run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED)))["services"] == {}
     assert not [call for call in converged.calls if call[0].endswith("systemctl")]
+
+
+# ---------------------------------------------------------------- OS repositories (index.os_id)
+
+OS_REPOSITORIES = Path(__file__).resolve().parents[2] / "fixtures" / "os_repositories"
+INDEX = {"driver": {"branch": "550", "exact": None, "floor": None, "skip": [], "upgrade": False}, "pins": []}
+
+
+def test_a_debian_node_without_contrib_is_reported_from_one_apt_cache_policy_call(run_module, converged, files):
+    converged.binaries.add("apt-cache")
+    converged.madison = "nvidia-driver-550 | 550.127.08-1 | http://gpuops-repo/debian12/x86_64  Packages\n"
+    converged.policy = (OS_REPOSITORIES / "apt-cache-policy-debian12-lab-main-only.txt").read_text()
+    args = dict(files, requested=REQUESTED[:1], index=dict(INDEX, os_id="debian12"))
+    facts = facts_of(run_module(gpu_stack_facts.main, args))
+    missing = facts["index"]["os_repositories"]["missing"]
+    assert [(entry["id"], entry["kind"], entry["uris"], entry["suites"]) for entry in missing] == [
+        ("contrib", "apt", ["http://deb.debian.org/debian"], ["bookworm"])
+    ]
+    assert [call[1:] for call in converged.calls if call[0].endswith("apt-cache")] == [
+        ["madison", "nvidia-driver-550"],
+        ["policy"],
+    ]
+
+
+def test_an_ubuntu_node_reads_no_sources(run_module, converged, files):
+    converged.binaries.add("apt-cache")
+    converged.madison = "nvidia-driver-550 | 550.127.08-1 | http://gpuops-repo/x  Packages\n"
+    args = dict(files, requested=REQUESTED[:1], index=dict(INDEX, os_id="ubuntu2204"))
+    facts = facts_of(run_module(gpu_stack_facts.main, args))
+    assert facts["index"]["os_repositories"] == {"missing": []}
+    assert not any(call[1:] == ["policy"] for call in converged.calls)
+
+
+def test_a_rocky_node_reads_its_repo_files(run_module, node, files, tmp_path):
+    node.binaries = {"rpm", "dnf"}
+    node.rpm = {"nvidia-driver": ("3", "550.127.08", "1.el9")}
+    repos = tmp_path / "yum.repos.d"
+    repos.mkdir()
+    (repos / "rocky.repo").write_text((OS_REPOSITORIES / "rocky9-rocky.repo").read_text())
+    node.repoquery = "nvidia-driver 3:550.127.08-1.el9 cuda-rhel9-x86_64\n"
+    requested = [{"name": "nvidia-driver", "version": "550.127.08", "component": "driver"}]
+    args = dict(files, requested=requested, index=dict(INDEX, os_id="rhel9", repos_dir=str(repos)))
+    facts = facts_of(run_module(gpu_stack_facts.main, args))
+    assert [entry["id"] for entry in facts["index"]["os_repositories"]["missing"]] == ["epel"]

@@ -1,0 +1,176 @@
+# Copyright (c) gpuops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The OS repositories NVIDIA's packages depend on, and which of them a node lacks.
+
+NVIDIA's repository is not enough on two families (``../shared/reference/nvidia-stack-facts.md``,
+"Checked against NVIDIA's package indexes and install scripts"):
+
+* Debian: NVIDIA's Debian install instructions enable Debian's ``contrib`` component; the Debian
+  packaging of the driver depends on packages of ``contrib`` (``nvidia-support``,
+  ``nvidia-installer-cleanup``, ``glx-alternative-nvidia``). Ubuntu needs nothing more.
+* RHEL, Rocky, Alma 8 and 9: ``kmod-nvidia-*-dkms`` needs ``dkms`` from EPEL ("nothing provides dkms
+  needed by kmod-nvidia-latest-dkms"), and EPEL's packages need CRB (CodeReady Linux Builder;
+  ``powertools`` on Rocky and Alma 8, ``codeready-builder-for-rhel-<major>-<arch>-rpms`` on RHEL).
+  Every RHEL driver rule of the matrix is a DKMS one.
+
+:func:`parse_apt_policy` reads ``apt-cache policy`` (no package: the package files apt uses),
+:func:`parse_repo_files` the ``/etc/yum.repos.d/*.repo`` files (id and ``enabled``), and
+:func:`missing` says what the node lacks for the resolved stack's OS (``os_id`` of the matrix:
+``debian12``, ``rhel9``): each entry ``{id, kind, ...}`` the role adds or enables, or
+``kind: absent`` when there is nothing to enable (the message says what to configure).
+
+Pure Python, no dependencies, runs on managed-node Python >= 3.9.
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+
+DEBIAN_ARCHIVE_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+# Repository ids that are CRB, as EPEL's own crb helper script (epel-release) finds them: crb (Rocky, Alma 9),
+# powertools (8), codeready-builder-for-rhel-<major>-<arch>-rpms (RHEL); not their debug, source, EUS or cloud ones.
+CRB_ID = re.compile(r"crb|powertools|codeready", re.I)
+CRB_OTHER = re.compile(r"debug|source|eus|virt|rhui", re.I)
+# EPEL's main repository; not its testing, debug or source repositories.
+EPEL_ID = re.compile(r"^epel(-\d+)?(-[a-z0-9_]+)?$", re.I)
+EPEL_OTHER = re.compile(r"(testing|debug|source|next|cisco)", re.I)
+
+# " 500 <url> <suite>/<component> <arch> Packages", or " 500 <url>  Packages" for a flat repository.
+_PACKAGE_FILE = re.compile(r"^\s*-?\d+\s+(\S+)\s+(?:(\S+)\s+\S+\s+)?Packages\s*$")
+
+
+class RepositoryReadError(ValueError):
+    """Output or files that do not look like what the parser knows."""
+
+
+def parse_apt_policy(text: str) -> list[dict]:
+    """``apt-cache policy`` (no package) to ``[{url, suite, component, origin, codename}]``, one per package file.
+
+    The package-file line gives the URL and ``suite/component`` (empty for a flat repository such as NVIDIA's);
+    its ``release`` line gives ``o=`` (origin), ``n=`` (codename) and ``c=`` (component). ``/var/lib/dpkg/status``
+    is not a repository and is left out. Only the ``Package files:`` section is read.
+    """
+    if "Package files:" not in text:
+        raise RepositoryReadError("apt-cache policy printed no 'Package files:' section (run it in the C locale)")
+    section = text.split("Package files:", 1)[1].split("Pinned packages:", 1)[0]
+    entries: list[dict] = []
+    for line in section.splitlines():
+        found = _PACKAGE_FILE.match(line)
+        if found:
+            url, where = found.groups()
+            suite, _sep, component = (where or "").partition("/")
+            entries.append({"url": url, "suite": suite, "component": component, "origin": None, "codename": None})
+            continue
+        words = line.split(None, 1)
+        if entries and len(words) == 2 and words[0] == "release":
+            fields = dict(item.split("=", 1) for item in words[1].split(",") if "=" in item)
+            entries[-1]["origin"] = fields.get("o") or None
+            entries[-1]["codename"] = fields.get("n") or None
+            entries[-1]["component"] = fields.get("c") or entries[-1]["component"]
+    return entries
+
+
+def parse_repo_files(texts) -> dict[str, bool]:
+    """``{repository id: enabled}`` from ``(name, text)`` of each ``.repo`` file (INI; ``enabled`` defaults to 1)."""
+    repos: dict[str, bool] = {}
+    for name, text in texts:
+        parser = configparser.RawConfigParser(strict=False)
+        try:
+            parser.read_string(text, source=name)
+        except configparser.Error as exc:
+            raise RepositoryReadError("cannot read %s: %s" % (name, str(exc).splitlines()[0])) from exc
+        for section in parser.sections():
+            value = parser.get(section, "enabled", fallback="1").strip().lower()
+            repos[section] = value in ("1", "yes", "true", "on")
+    return repos
+
+
+def _debian_contrib(entries: list[dict]) -> list[dict]:
+    debian = [entry for entry in entries if entry["origin"] == "Debian"]
+    if any(entry["component"] == "contrib" for entry in debian):
+        return []
+    suites: dict[str, list[str]] = {}
+    for entry in debian:
+        if entry["component"] == "main" and entry["suite"]:
+            suites.setdefault(entry["url"], [])
+            if entry["suite"] not in suites[entry["url"]]:
+                suites[entry["url"]].append(entry["suite"])
+    if not suites:
+        return [
+            {
+                "id": "contrib",
+                "kind": "absent",
+                "why": "apt knows no Debian archive (origin Debian, component main) to add contrib to",
+            }
+        ]
+    return [
+        {
+            "id": "contrib",
+            "kind": "apt",
+            "name": "gpuops-debian-contrib" + ("" if n == 0 else "-%d" % (n + 1)),
+            "uris": [url],
+            "suites": found,
+            "components": ["contrib"],
+        }
+        for n, (url, found) in enumerate(suites.items())
+    ]
+
+
+def _rhel(repos: dict[str, bool], major: str, arch: str) -> list[dict]:
+    found = []
+    epel = [rid for rid in repos if EPEL_ID.match(rid) and not EPEL_OTHER.search(rid)]
+    if not any(repos[rid] for rid in epel):
+        if epel:
+            found.append({"id": "epel", "kind": "dnf_enable", "repo_id": sorted(epel)[0], "tool": "dnf"})
+        else:
+            found.append({"id": "epel", "kind": "dnf_repo", "name": "epel", "major": major, "arch": arch})
+    crb = sorted(rid for rid in repos if CRB_ID.search(rid) and not CRB_OTHER.search(rid))
+    if not any(repos[rid] for rid in crb):
+        if crb:
+            tool = "subscription-manager" if crb[0].lower().startswith("codeready-builder-for-rhel") else "dnf"
+            found.append({"id": "crb", "kind": "dnf_enable", "repo_id": crb[0], "tool": tool})
+        else:
+            found.append(
+                {
+                    "id": "crb",
+                    "kind": "absent",
+                    "why": "no CRB repository is configured (crb, powertools or codeready-builder-for-rhel-%s-%s-rpms)"
+                    % (major, arch),
+                }
+            )
+    return found
+
+
+def missing(os_id: str, apt_entries=None, repos=None, arch: str = "x86_64") -> list[dict]:
+    """What the node lacks of the OS repositories the stack of ``os_id`` needs; empty when nothing.
+
+    ``apt_entries`` are :func:`parse_apt_policy`'s (apt nodes), ``repos`` :func:`parse_repo_files`'s (dnf
+    nodes). Debian: ``contrib`` added beside each Debian archive the node uses, for the suites it uses
+    (``kind: apt``, ``uris``, ``suites``, ``components``). RHEL family: EPEL (``kind: dnf_repo`` to add, or
+    ``dnf_enable`` for a configured but disabled one) and CRB (``dnf_enable`` with the ``tool`` that enables it).
+    ``kind: absent``: nothing on the node to enable (``why``).
+    """
+    os_id = str(os_id or "")
+    if os_id.startswith("debian"):
+        return _debian_contrib(apt_entries or [])
+    found = re.match(r"^rhel(\d+)$", os_id)
+    if found:
+        return _rhel(repos or {}, found.group(1), arch)
+    return []
+
+
+def describe(entry: dict) -> str:
+    """One missing repository in an operator's words."""
+    if entry["id"] == "contrib":
+        what = "Debian's contrib component"
+    elif entry["id"] == "epel":
+        what = "EPEL (dkms for kmod-nvidia-*-dkms)"
+    else:
+        what = "CRB (CodeReady Linux Builder / PowerTools, which EPEL's packages need)"
+    if entry["kind"] == "absent":
+        return "%s: %s" % (what, entry["why"])
+    if entry["kind"] == "dnf_enable":
+        return "%s: repository %s is disabled" % (what, entry["repo_id"])
+    return "%s is not configured" % what
