@@ -22,10 +22,10 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
 PREFIX = "gpuops.cluster."
 
 
-def upgrade_window(hosts, settings=None, slurm=None, canary=None, now=None):
+def upgrade_window(hosts, settings=None, slurm=None, canary=None, now=None, maintenance=None):
     """The window's nodes and its preview for the plan-only run, with ``lines`` describing it for the operator."""
     try:
-        nodes = fleet_nodes.window_nodes(list(hosts), slurm, canary or ())
+        nodes = fleet_nodes.window_nodes(list(hosts), slurm, canary or (), maintenance or None)
         preview = window_plan.plan(nodes, settings or {}, time.time() if now is None else now)
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError("%supgrade_window: %s" % (PREFIX, exc)) from exc
@@ -35,9 +35,8 @@ def upgrade_window(hosts, settings=None, slurm=None, canary=None, now=None):
     preview["unavailable_reasons"] = {
         by_scheduler.get(name, name): why for name, why in fleet_nodes.unavailable_reasons(slurm).items()
     }
-    preview["reserved_reasons"] = {
-        by_scheduler.get(name, name): why for name, why in fleet_nodes.reserved_reasons(slurm).items()
-    }
+    reserved = fleet_nodes.reserved_reasons(slurm, maintenance or None)
+    preview["reserved_reasons"] = {by_scheduler.get(name, name): why for name, why in reserved.items()}
     return preview
 
 

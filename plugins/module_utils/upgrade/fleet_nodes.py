@@ -12,7 +12,10 @@ Without a scheduler every node is idle and in no partition.
 A node Slurm shows in a reservation (the flag ``reserved`` or ``maint`` in its
 ``slurm_state``, such as ``idle+reserved``) is ``reserved`` for the window: it
 serves the reservation's users, so the run leaves it alone and reports it. The
-rolling upgrade makes no reservation of its own, so every one is someone else's.
+rolling upgrade makes no reservation of its own, so every one is someone else's,
+but the one the operator names as the upgrade's maintenance reservation
+(``gpuops_upgrade_maintenance_reservation``): its nodes are out of users' service
+already, so the window takes them first (``maintenance``).
 
 A node to upgrade that Slurm shows drained by us (``owner: ours``: the reason carries our
 prefix; left by a run that crashed or halted) is out of service already: the window counts
@@ -38,10 +41,17 @@ def in_reservation(entry: dict) -> bool:
     return bool(RESERVATION_FLAGS.intersection(words)) or bool(entry.get("reservation"))
 
 
-def reserved_reasons(slurm) -> dict:
-    """Why each node in a reservation is left alone, by node name."""
+def in_maintenance(entry: dict, maintenance) -> bool:
+    """Whether the node is in the maintenance reservation the operator named (``maintenance``, a name or None)."""
+    return bool(maintenance) and entry.get("reservation") == maintenance
+
+
+def reserved_reasons(slurm, maintenance=None) -> dict:
+    """Why each node in a reservation (not the operator's maintenance one) is left alone, by node name."""
     reasons = {}
     for entry in slurm or []:
+        if in_maintenance(entry, maintenance):
+            continue
         if entry.get("state") in ("idle", "busy") and in_reservation(entry):
             named = entry.get("reservation")
             reasons[entry["name"]] = "in a Slurm reservation%s (%s): left alone, not upgraded" % (
@@ -63,8 +73,14 @@ def unavailable_reasons(slurm) -> dict:
     return reasons
 
 
-def window_nodes(hosts, slurm=None, canary=()) -> list[dict]:
-    """The ``nodes`` of :class:`window_plan.Window`, named by inventory host, in the order given."""
+def window_nodes(hosts, slurm=None, canary=(), maintenance=None) -> list[dict]:
+    """The ``nodes`` of :class:`window_plan.Window`, named by inventory host, in the order given.
+
+    ``maintenance``: the name of a Slurm reservation the operator set aside for the upgrade; its nodes
+    are ``maintenance`` (out of users' service already: taken first) instead of ``reserved``.
+    """
+    if maintenance is not None and (not isinstance(maintenance, str) or not maintenance.strip()):
+        raise ValueError("maintenance must name a Slurm reservation (scontrol show reservation), got %r" % maintenance)
     by_name = {}
     for entry in slurm or []:
         if not isinstance(entry, dict) or "name" not in entry:
@@ -94,7 +110,10 @@ def window_nodes(hosts, slurm=None, canary=()) -> list[dict]:
             if found is None:
                 raise ValueError("Slurm returned no state for node %s (inventory host %s)" % (scheduler_name, name))
             node.update({key: found[key] for key in SLURM_KEYS if key in found})
-            if node.get("state") in ("idle", "busy") and in_reservation(found):
+            if node.get("state") in ("idle", "busy") and in_maintenance(found, maintenance) and not node["done"]:
+                node["maintenance"] = True
+                node["drained_ahead"] = False
+            elif node.get("state") in ("idle", "busy") and in_reservation(found):
                 node["state"] = "reserved"
                 node.pop("job_end", None)
             elif node.get("state") in ("idle", "busy") and found.get("owner") == "ours" and not node["done"]:
@@ -108,4 +127,11 @@ def window_nodes(hosts, slurm=None, canary=()) -> list[dict]:
                 node["resume"] = False
                 node["drained_ahead"] = False
         nodes.append(node)
+    if maintenance and slurm is not None and not any(in_maintenance(entry, maintenance) for entry in by_name.values()):
+        named = sorted({str(entry["reservation"]) for entry in by_name.values() if entry.get("reservation")})
+        raise ValueError(
+            "no node of this run is in the maintenance reservation %r (the nodes' reservations: %s): check "
+            "gpuops_upgrade_maintenance_reservation against scontrol show reservation"
+            % (maintenance, ", ".join(named) or "none named; Slurm 22.05 names no node's reservation")
+        )
     return nodes

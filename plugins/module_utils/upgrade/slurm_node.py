@@ -638,8 +638,8 @@ def survey(nodes_info: dict, job_ends: dict, names, prefix: str) -> list[dict]:
     ``nodes_info`` is :func:`parse_nodes_json`'s ``nodes``, ``job_ends`` :func:`job_ends`'s.
     Each node is ``{name, partitions, gpus, state, job_end}`` (the :mod:`window_plan` fields
     Slurm knows; the caller adds ``domains``, ``canary`` and ``done``) and, for the report,
-    ``slurm_state`` (``idle+drain``), ``reason`` and ``owner`` (of the drain: ``none``,
-    ``ours`` or ``other``). ``state`` is:
+    ``slurm_state`` (``idle+drain``), ``reason``, ``owner`` (of the drain: ``none``,
+    ``ours`` or ``other``) and ``reservation`` (its name, where Slurm gives it). ``state`` is:
 
     * ``down``: Slurm cannot reach the machine (``not_responding``, ``unknown``, ``future``,
       powered down or powering up), whoever drained it; or it is ``down``/``fail``/``failing``
@@ -675,6 +675,7 @@ def survey(nodes_info: dict, job_ends: dict, names, prefix: str) -> list[dict]:
                 "slurm_state": slurm_state(node),
                 "reason": node.get("reason"),
                 "owner": ownership(node, prefix),
+                "reservation": node.get("reservation"),
             }
         )
     return fleet

@@ -5,7 +5,7 @@
 Waves make every node of a wave wait for the slowest one. The window admits a
 node as soon as another one is back, within these rules:
 
-* A node is ``{name, domains, partitions, gpus, state, job_end, canary, done, resume}``.
+* A node is ``{name, domains, partitions, gpus, state, job_end, canary, done, resume, maintenance}``.
   ``domains`` maps a kind of failure domain to the node's member
   (``{"rack": "r01", "nvlink": "nvl72-5"}``), ``state`` is ``idle``, ``busy``
   (``job_end``: when its running job ends, epoch seconds, Slurm's EndTime, or
@@ -17,6 +17,8 @@ node as soon as another one is back, within these rules:
   by us, or admitted in its journal with no release): they count as out of
   service from the start and are admitted first, whatever the rules (they are
   out already; holding them back would keep them drained and idle).
+  ``maintenance`` nodes are in the Slurm reservation the operator set aside for
+  the upgrade: out of users' service already, they are taken like ``resume`` ones.
 * Out of service means: admitted by the window and not finished yet (draining,
   waiting for its job, upgrading), failed (left drained), drained by others, or
   down. Every rule counts every node out of service, whoever took it out;
@@ -137,6 +139,7 @@ class Node:
         "drained_ahead",
         "gpus",
         "job_end",
+        "maintenance",
         "name",
         "partitions",
         "resume",
@@ -155,6 +158,7 @@ class Node:
         done=False,
         resume=False,
         drained_ahead=False,
+        maintenance=False,
     ):
         if not isinstance(name, str) or not name:
             raise ValueError("node name %r is not a host name" % (name,))
@@ -185,8 +189,11 @@ class Node:
         self.job_end = job_end if state == "busy" else None
         self.canary = bool(canary)
         self.done = bool(done)
-        # Out of service already, left by an earlier run of ours: counted from the start, admitted first.
-        self.resume = bool(resume) and not self.done and state in ADMISSIBLE_STATES
+        # In the maintenance reservation the operator named for the upgrade: out of users' service already.
+        self.maintenance = bool(maintenance) and not self.done and state in ADMISSIBLE_STATES
+        # Out of service already, left by an earlier run of ours or set aside for the upgrade (maintenance): counted
+        # from the start, admitted first.
+        self.resume = (bool(resume) or self.maintenance) and not self.done and state in ADMISSIBLE_STATES
         # Drained ahead of its slot by an earlier run of ours (Slurm's reason says so): waiting, not out of service.
         self.drained_ahead = bool(drained_ahead) and not self.done and not self.resume and state in ADMISSIBLE_STATES
 
@@ -1078,7 +1085,8 @@ def plan(nodes, settings=None, now=0) -> dict:
         "skipped": list(window.skipped),
         "unavailable": list(window.unavailable),
         "reserved": list(window.reserved),
-        "resumed": list(window.resumed),
+        "resumed": [name for name in window.resumed if not window.nodes[name].maintenance],
+        "maintenance": [name for name in window.resumed if window.nodes[name].maintenance],
         "drained_ahead": window.drained_ahead,
         "waiting_for_jobs": window.waiting_for_jobs(now),
         "blocked": window.blocked,
@@ -1119,6 +1127,11 @@ def describe(preview: dict) -> list[str]:
     if preview.get("resumed"):
         lines.append(
             "resumed first, out of service already (left by an earlier run): %s" % ", ".join(preview["resumed"])
+        )
+    if preview.get("maintenance"):
+        lines.append(
+            "first, in the maintenance reservation set aside for the upgrade (out of users' service already): %s"
+            % ", ".join(preview["maintenance"])
         )
     if preview.get("drained_ahead"):
         lines.append(

@@ -48,6 +48,25 @@ def test_upgrade_window_takes_the_slurm_state():
     assert result["order"] == ["b", "a"]  # idle first, then by job end; c is drained by someone else
 
 
+def test_upgrade_window_takes_the_maintenance_reservation_first_and_reports_the_others():
+    slurm = [
+        {"name": "a", "state": "idle", "partitions": ["p"], "gpus": 8, "slurm_state": "idle+maintenance+reserved",
+         "reservation": "upgrade"},
+        {"name": "b", "state": "idle", "partitions": ["p"], "gpus": 8, "slurm_state": "idle+reserved",
+         "reservation": "training"},
+        {"name": "c", "state": "idle", "partitions": ["p"], "gpus": 8, "slurm_state": "idle"},
+        {"name": "d", "state": "idle", "partitions": ["p"], "gpus": 8, "slurm_state": "idle"},
+    ]  # fmt: skip
+    result = upgrade.upgrade_window(HOSTS, {"max_unavailable": 1}, slurm=slurm, now=0, maintenance="upgrade")
+    assert result["maintenance"] == ["a"]
+    assert result["first_window"] == ["a"]
+    assert result["reserved_reasons"] == {
+        "b": "in a Slurm reservation training (idle+reserved): left alone, not upgraded"
+    }
+    with pytest.raises(AnsibleFilterError, match=r"upgrade_window: no node of this run is in the maintenance"):
+        upgrade.upgrade_window(HOSTS, {}, slurm=slurm, maintenance="upgarde")
+
+
 def test_upgrade_window_errors_name_the_filter():
     with pytest.raises(AnsibleFilterError, match=r"gpuops.cluster.upgrade_window: unknown window setting\(s\) waves"):
         upgrade.upgrade_window(HOSTS, {"waves": [1]})

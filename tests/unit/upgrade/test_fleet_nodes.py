@@ -141,3 +141,49 @@ def test_a_named_reservation_is_reported_by_name():
     assert fleet_nodes.reserved_reasons(slurm)["node01"] == (
         "in a Slurm reservation training-q3 (idle): left alone, not upgraded"
     )
+
+
+# ---------------------------------------------------------------- the operator's maintenance reservation
+
+MAINT_HOSTS = [{"host": "gpu%02d" % n, "scheduler_name": "node%02d" % n, "domains": {"rack": "r1"}} for n in (1, 2, 3)]
+MAINT_SLURM = [
+    # as scontrol show nodes --json of 24.11 gives a node in a maint reservation: MIXED+RESERVED+MAINTENANCE, named
+    {"name": "node01", "state": "idle", "job_end": None, "partitions": ["gpu"], "gpus": 8,
+     "slurm_state": "idle+maintenance+reserved", "reservation": "upgrade-r580"},
+    {"name": "node02", "state": "busy", "job_end": 5000, "partitions": ["gpu"], "gpus": 8,
+     "slurm_state": "mixed+reserved", "reservation": "training-q3"},
+    {"name": "node03", "state": "idle", "job_end": None, "partitions": ["gpu"], "gpus": 8, "slurm_state": "idle"},
+]  # fmt: skip
+
+
+def test_the_maintenance_reservation_goes_first_and_other_reservations_are_left_alone():
+    nodes = fleet_nodes.window_nodes(MAINT_HOSTS, MAINT_SLURM, canary=["gpu03"], maintenance="upgrade-r580")
+    assert [(node["name"], node["state"], node.get("maintenance", False)) for node in nodes] == [
+        ("gpu01", "idle", True),
+        ("gpu02", "reserved", False),
+        ("gpu03", "idle", False),
+    ]
+    assert fleet_nodes.reserved_reasons(MAINT_SLURM, "upgrade-r580") == {
+        "node02": "in a Slurm reservation training-q3 (mixed+reserved): left alone, not upgraded"
+    }
+    # out of users' service already: first, before the canary, without a slot of max_unavailable 1
+    preview = window_plan.plan(nodes, {"max_unavailable": 1}, now=0)
+    assert preview["maintenance"] == ["gpu01"]
+    assert preview["resumed"] == []
+    assert preview["first_window"] == ["gpu01"]
+    assert preview["reserved"] == ["gpu02"]
+    assert any(line.startswith("first, in the maintenance reservation") for line in window_plan.describe(preview))
+
+
+def test_without_a_maintenance_reservation_its_nodes_are_left_alone_like_any_reservation():
+    nodes = fleet_nodes.window_nodes(MAINT_HOSTS, MAINT_SLURM)
+    assert [node["state"] for node in nodes] == ["reserved", "reserved", "idle"]
+
+
+def test_a_maintenance_reservation_no_node_is_in_stops_the_plan_naming_the_reservations():
+    with pytest.raises(ValueError, match=r"no node of this run is in the maintenance reservation 'upgrade-r850'"):
+        fleet_nodes.window_nodes(MAINT_HOSTS, MAINT_SLURM, maintenance="upgrade-r850")
+    with pytest.raises(ValueError, match=r"reservations: training-q3, upgrade-r580\)"):
+        fleet_nodes.window_nodes(MAINT_HOSTS, MAINT_SLURM, maintenance="upgrade-r850")
+    with pytest.raises(ValueError, match="must name a Slurm reservation"):
+        fleet_nodes.window_nodes(MAINT_HOSTS, MAINT_SLURM, maintenance=" ")

@@ -111,7 +111,11 @@ def test_surveys_the_fleet_in_one_node_and_one_job_query(
         "slurm_state": "idle+drain",
         "reason": "HW-1234 ECC errors on GPU 2, ticket open",
         "owner": "other",
+        "reservation": None,
     }
+    # scontrol show nodes --json (23.02+) names the reservation; 22.05's sinfo --json has only the flag
+    assert result["nodes"][0]["reservation"] in ("maint-node1", None)
+    assert (result["nodes"][0]["reservation"] is None) == (result["slurm"]["release"].startswith("22.05"))
     assert harness.commands.calls == calls
     assert all(env["LC_ALL"] == "C" for env in harness.commands.environments)
 

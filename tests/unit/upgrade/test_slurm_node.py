@@ -325,6 +325,7 @@ def test_survey_of_the_fixture_cluster(json_nodes):
         "slurm_state": "mixed+drain",
         "reason": "gpuops-upgrade[20261202T101500-ab12]: upgrading the NVIDIA stack",
         "owner": "ours",
+        "reservation": None,
     }
     assert fleet[2]["reason"] == "bad DIMM, ticket HW-4411"
     assert fleet[2]["owner"] == "other"
