@@ -117,7 +117,7 @@ options:
       os_id:
         description:
           - The resolved stack's C(os_id) (C(debian12), C(rhel9)). Set, the module also says which OS repositories
-            NVIDIA's packages depend on the node lacks (C(gpu_stack.index.os_repositories)): Debian's C(contrib)
+            NVIDIA's packages depend on the node lacks, in C(gpu_stack.index.os_repositories) - Debian's C(contrib)
             component (read with one C(apt-cache policy) call), EPEL and CRB on the RHEL family (read from the
             C(.repo) files of O(index.repos_dir)). Ubuntu needs none.
         type: str
