@@ -3,13 +3,18 @@
 """Filters over the NVIDIA stack compatibility matrix.
 
 Documentation for each filter lives in the sidecar YAML next to this file
-(resolve_stack.yml, stack_violations.yml, cuda_min_driver.yml, nvidia_version_compare.yml).
+(resolve_stack.yml, stack_violations.yml, cuda_min_driver.yml, nvidia_version_compare.yml, apt_preferences.yml).
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import package_index, stack_resolver
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
+    apt_pinning,
+    package_index,
+    pin_plan,
+    stack_resolver,
+)
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_version import version_matches
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import (
     MatrixError,
@@ -98,6 +103,16 @@ def stack_index_problems(hosts, hostvars, registered):
     return package_index.fleet_problems(reads)
 
 
+def apt_preferences(index, priority=apt_pinning.MIN_PRIORITY):
+    """The apt preferences pinning the exact versions a node's index read chose (``gpu_stack.index``), as the role
+    writes them, for an apt run that must resolve the target's dependencies before the pins move (pre-staging)."""
+    try:
+        pins, _installed = pin_plan.request_pins("apt", (index or {}).get("pins"), (index or {}).get("packages"))
+        return apt_pinning.render_preferences(pins, int(priority))
+    except (apt_pinning.PinningError, pin_plan.PlanError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("gpuops.cluster.apt_preferences: %s" % exc) from exc
+
+
 class FilterModule:
     """gpuops.cluster stack filters."""
 
@@ -109,4 +124,5 @@ class FilterModule:
             "nvidia_version_compare": nvidia_version_compare,
             "stack_index_problems": stack_index_problems,
             "stack_at_release": stack_at_release,
+            "apt_preferences": apt_preferences,
         }

@@ -7,6 +7,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter.stack import (
     FilterModule,
+    apt_preferences,
     cuda_min_driver,
     nvidia_version_compare,
     resolve_stack,
@@ -23,7 +24,23 @@ def test_filters_registered():
         "nvidia_version_compare",
         "stack_index_problems",
         "stack_at_release",
+        "apt_preferences",
     }
+
+
+def test_apt_preferences_pin_the_exact_versions_of_the_index_read():
+    index = {
+        "packages": [
+            {"name": "nvidia-driver", "version": "550.127.08-1", "component": "driver"},
+            {"name": "libnccl2", "version": "2.21.5-1+cuda12.4", "component": "nccl"},
+        ],
+        "pins": [{"component": "driver", "names": ["nvidia-driver", "nvidia-driver-*"], "version": "550.127.08-1"}],
+    }
+    text = apt_preferences(index, 1001)
+    assert "Package: nvidia-driver nvidia-driver-*\nPin: version 550.127.08-1\nPin-Priority: 1001" in text
+    assert "Package: libnccl2\nPin: version 2.21.5-1+cuda12.4\nPin-Priority: 1001" in text
+    with pytest.raises(AnsibleFilterError, match="apt_preferences: Pin-Priority 500 is too low"):
+        apt_preferences(index, 500)
 
 
 def test_resolve_stack_playbook_call_shape():

@@ -86,6 +86,7 @@ DRIVER_PACKAGES = ["nvidia-driver", "libnvidia-ml1", "nvidia-smi", "libcuda1"]
 SURVEY_DECISION = "Decide whether the node is upgraded, skipped or left out"
 PLAY = "Upgrade in a sliding window"
 FOREIGN_NODE = NODES[2]
+PRESTAGE_TASK = "Download the resolved packages and their missing dependencies into the apt cache"
 FOREIGN_REASON = "LAB-42 fan replacement, do not resume"
 FAULT_HOOK = "/etc/apt/apt.conf.d/99gpuops-lab-fault"
 # A job that runs until this file appears on its node: it is running whenever the drain starts, on
@@ -327,6 +328,18 @@ def test_every_node_on_the_new_stack_and_loaded(healthy):
         assert expected in sh(node, "cat", "/run/gpuops-lab/nvidia-version")
     loaded = {node["host"]: node["after"]["loaded_version"] for node in audit["nodes"] if node["status"] == "upgraded"}
     assert loaded == {CANARY: NEW, NODES[1]: NEW, NODES[3]: NEW}
+
+
+def test_the_survey_pre_staged_the_target_with_a_dependency_it_does_not_name(healthy):
+    """Outside the window, each node to upgrade downloaded the target's packages and nvidia-driver-cuda, which
+    cuda-drivers-<branch> depends on (>=) but the resolved stack does not list, at the target's version."""
+    run, _unused, _unused = healthy
+    fetched = {result.host: result.result.get("stdout", "") for result in run.results_for(task=PRESTAGE_TASK)}
+    # every node the survey decided to upgrade, the one drained by someone else included (Slurm is read later)
+    assert sorted(fetched) == sorted(NODES)
+    for node in NODES:
+        assert f"nvidia-driver-cuda {NEW}-1" in fetched[node], fetched[node][-2000:]
+        assert f"nvidia-driver {NEW}-1" in fetched[node]
 
 
 def test_the_canary_drain_waited_for_the_job_which_completed(healthy):
