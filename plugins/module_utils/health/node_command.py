@@ -117,10 +117,9 @@ def load_config(path, overrides=None):
             if key not in CONFIG_DEFAULTS:
                 raise ConfigError("%s: unknown key %r (known: %s)" % (source, key, ", ".join(sorted(CONFIG_DEFAULTS))))
             config[key] = _checked(source, key, value)
-    unknown = set(config["thresholds"]) - set(thresholds.DEFAULTS)
-    if unknown:
-        known = ", ".join(sorted(thresholds.DEFAULTS))
-        raise ConfigError("thresholds: unknown %s (known: %s)" % (", ".join(sorted(unknown)), known))
+    found = thresholds.problems(config["thresholds"])
+    if found:
+        raise ConfigError("thresholds: %s" % "; ".join(found))
     try:
         error_rates.thresholds(config["rate_thresholds"])
     except ValueError as error:

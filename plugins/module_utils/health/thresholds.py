@@ -41,6 +41,26 @@ def argument_spec():
     return spec
 
 
+def problems(values) -> list[str]:
+    """Why each of ``values`` (``{threshold: value}``) is not one the table accepts: an unknown name, or a value
+    that is not a number of the threshold's type (an int, or for a ``float`` threshold an int or a float; None
+    keeps the default). Empty when every value is good."""
+    kinds = {name: kind for name, kind, _default in TABLE}
+    found = []
+    for name, value in sorted((values or {}).items()):
+        if name not in kinds:
+            found.append("unknown %s (known: %s)" % (name, ", ".join(sorted(kinds))))
+            continue
+        if value is None:
+            continue
+        allowed = (int, float) if kinds[name] == "float" else (int,)
+        if isinstance(value, bool) or not isinstance(value, allowed):
+            found.append("%s is %r, not a%s" % (name, value, " number" if kinds[name] == "float" else "n integer"))
+        elif value < 0:
+            found.append("%s is %r: a limit is 0 or more" % (name, value))
+    return found
+
+
 def limits(overrides):
     """``DEFAULTS`` with every value of ``overrides`` that is not None over it."""
     merged = dict(DEFAULTS)

@@ -189,6 +189,15 @@ def test_configuration_errors_exit_two_with_one_line(node, tmp_path):
     assert "unknown key 'levle'" in out
     bad.write_text(json.dumps({"rate_thresholds": {"ecc_correctable_per_hour": -1}}))
     assert run(dict(node, config=str(bad)), Tools())[0] == node_verdict.EXIT_CONFIG
+    # threshold values are checked against the table's types, not only their names
+    bad.write_text(json.dumps({"thresholds": {"temperature_warn": "85", "nccl_busbw_gbps": 400, "retired_pages": -2}}))
+    code, out, _err = run(dict(node, config=str(bad)), Tools())
+    assert code == node_verdict.EXIT_CONFIG
+    assert "retired_pages is -2: a limit is 0 or more; temperature_warn is '85', not an integer" in out
+    bad.write_text(json.dumps({"thresholds": {"temperature_wran": 80}}))
+    assert (
+        "unknown temperature_wran (known: ecc_aggregate_uncorrectable" in run(dict(node, config=str(bad)), Tools())[1]
+    )
     assert run(dict(node, config=str(tmp_path / "absent.json")), Tools())[0] == node_verdict.EXIT_CONFIG
 
 
