@@ -462,13 +462,23 @@ class StrategyModule(FreeStrategyModule):
         host = free[0]
         refresh = self._refresh
         args = dict(refresh["options"], nodes=sorted(set(refresh["names"].values())))
+        schedule.started(now, why)
+        self._refresh_task = self._queue_own_task(
+            iterator, host, REFRESH_TASK, "gpuops.cluster.slurm_fleet", args, refresh
+        )
+        self._refresh_host = host
+        return True
+
+    def _queue_own_task(self, iterator, host, name: str, action: str, args: dict, where: dict):
+        """Queue a task the window makes itself (a read of the fleet, a drain ahead or its give-back) for ``host``,
+        delegated to ``where["delegate_to"]``, errors kept in its result; the host is blocked until it is back."""
         task = Task.load(
             {
-                "name": REFRESH_TASK,
-                "action": "gpuops.cluster.slurm_fleet",
+                "name": name,
+                "action": action,
                 "args": args,
-                "delegate_to": refresh["delegate_to"],
-                "become": bool(refresh.get("become", False)),
+                "delegate_to": where["delegate_to"],
+                "become": bool(where.get("become", False)),
                 "ignore_errors": True,
                 "ignore_unreachable": True,
                 "check_mode": False,
@@ -482,13 +492,10 @@ class StrategyModule(FreeStrategyModule):
             play=iterator._play, host=host, task=task, _hosts=self._hosts_cache, _hosts_all=self._hosts_cache_all
         )
         self.add_tqm_variables(task_vars, play=iterator._play)
-        schedule.started(now, why)
-        self._refresh_task = task
-        self._refresh_host = host
         self._blocked_hosts[host.name] = True
         self._tqm.send_callback("v2_playbook_on_task_start", task, is_conditional=False)
         self._queue_task(host, task, task_vars, self._play_context)
-        return True
+        return task
 
     def _a_fork_is_free(self, wait=False) -> bool:
         """Whether a worker is free (queueing a task with none free would stall the whole loop).
@@ -594,30 +601,9 @@ class StrategyModule(FreeStrategyModule):
             args.update(state="drained", run_id=ahead["run_id"], reason=window_plan.DRAIN_AHEAD_REASON, wait=False)
         else:
             args["state"] = "resumed"
-        task = Task.load(
-            {
-                "name": DRAIN_AHEAD_TASK if action == "drain" else UNDRAIN_TASK,
-                "action": "gpuops.cluster.slurm_drain",
-                "args": args,
-                "delegate_to": ahead["delegate_to"],
-                "become": bool(ahead.get("become", False)),
-                "ignore_errors": True,
-                "ignore_unreachable": True,
-                "check_mode": False,
-            },
-            block=self._slot_task._parent,
-            role=self._slot_task._role,
-            variable_manager=self._variable_manager,
-            loader=self._loader,
-        )
-        task_vars = self._variable_manager.get_vars(
-            play=iterator._play, host=host, task=task, _hosts=self._hosts_cache, _hosts_all=self._hosts_cache_all
-        )
-        self.add_tqm_variables(task_vars, play=iterator._play)
+        name = DRAIN_AHEAD_TASK if action == "drain" else UNDRAIN_TASK
+        task = self._queue_own_task(iterator, host, name, "gpuops.cluster.slurm_drain", args, ahead)
         self._ahead_tasks[task._uuid] = (host.name, action)
-        self._blocked_hosts[host.name] = True
-        self._tqm.send_callback("v2_playbook_on_task_start", task, is_conditional=False)
-        self._queue_task(host, task, task_vars, self._play_context)
         return True
 
     def _ahead_done(self, name: str, action: str, data: dict):
