@@ -421,7 +421,9 @@ def decide_resume(node: dict, prefix: str) -> dict:
 
 
 # The reason slurmctld gives a node that registers with a boot time newer than it knew, when the reboot was not
-# asked through Slurm (ReturnToService=1 keeps it down); set only when the node had no reason (Slurm's node_mgr.c).
+# asked through Slurm (ReturnToService=1 keeps it down); set only when the node had no reason. Slurm's FAQ, "Why is
+# a compute node down with the reason set to "Node unexpectedly rebooted"?" (slurm.schedmd.com/faq.html#reboot), and
+# the string in slurmctld's node_mgr.c; seen in the lab on 24.11.
 SLURM_REBOOT_REASON = "Node unexpectedly rebooted"
 
 
