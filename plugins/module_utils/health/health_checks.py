@@ -16,7 +16,12 @@ a node_exporter textfile.
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.health import nvlink_counts, thresholds, xid_catalog
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
+    node_verdict,
+    nvlink_counts,
+    thresholds,
+    xid_catalog,
+)
 from ansible_collections.gpuops.cluster.plugins.module_utils.health.nvidia_smi_xml import normalize_bus_id
 
 CHECKS = (
@@ -891,25 +896,10 @@ def evaluate(inputs, options=None):
     return {
         "healthy": not any(check["status"] == "fail" for check in checks),
         "checks": checks,
-        "actions": _actions(checks, gpus),
+        "actions": node_verdict.actions(checks, gpus),
         "facts": _facts(smi, kernel),
         "summary": _summary(checks),
     }
-
-
-def _actions(checks, gpus):
-    per_gpu = {}
-    for gpu in gpus:
-        per_gpu[gpu["index"]] = {"gpu_index": gpu["index"], "pci_bus_id": gpu["pci_bus_id"], "action": "none"}
-    for check in checks:
-        if check["gpu_index"] is None or check["status"] not in ("warn", "fail"):
-            continue
-        entry = per_gpu.setdefault(
-            check["gpu_index"], {"gpu_index": check["gpu_index"], "pci_bus_id": check["pci_bus_id"], "action": "none"}
-        )
-        entry["action"] = xid_catalog.strongest([entry["action"], check["action"]])
-    node = xid_catalog.strongest(check["action"] for check in checks if check["status"] in ("warn", "fail"))
-    return {"node": node, "gpus": [per_gpu[index] for index in sorted(per_gpu)]}
 
 
 def _facts(smi, kernel):

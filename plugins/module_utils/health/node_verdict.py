@@ -48,7 +48,7 @@ def with_checks(verdict, extra, gpus=(), skip=()):
         )  # fmt: skip
     result = dict(verdict, checks=checks)
     result["healthy"] = not any(check["status"] == "fail" for check in checks)
-    result["actions"] = _actions(checks, verdict.get("actions") or {}, gpus)
+    result["actions"] = actions(checks, gpus, verdict.get("actions") or {})
     counts = {status: 0 for status in STATUSES}
     for check in checks:
         counts[check["status"]] += 1
@@ -62,8 +62,11 @@ def _summary_line(check):
     return "%s%s: %s" % (check["name"], where, check["detail"])
 
 
-def _actions(checks, before, gpus):
-    per_gpu = {entry["gpu_index"]: dict(entry) for entry in before.get("gpus") or []}
+def actions(checks, gpus, before=None):
+    """``{node, gpus}``: the strongest action of the failed or warned ``checks`` for the node and for each GPU
+    (every GPU listed, ``none`` when nothing concerns it), over the per-GPU actions of ``before`` (a verdict's
+    ``actions`` that ``checks`` add to)."""
+    per_gpu = {entry["gpu_index"]: dict(entry) for entry in (before or {}).get("gpus") or []}
     for gpu in gpus:
         per_gpu.setdefault(gpu["index"], {"gpu_index": gpu["index"], "pci_bus_id": gpu["pci_bus_id"], "action": "none"})
     for check in checks:
