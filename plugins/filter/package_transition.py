@@ -17,8 +17,16 @@ def superseded_packages(installed, requested):
         raise AnsibleFilterError(f"gpuops.cluster.superseded_packages: {exc}") from exc
 
 
+def driver_companions(installed, packages, pins, old_driver):
+    """Specs of the installed packages that move with the driver (module_utils/stack/package_transition.py)."""
+    try:
+        return package_transition.driver_companions(installed, packages, pins, old_driver)
+    except package_transition.TransitionError as exc:
+        raise AnsibleFilterError(f"gpuops.cluster.driver_companions: {exc}") from exc
+
+
 class FilterModule:
     """gpuops.cluster package transition filters."""
 
     def filters(self):
-        return {"superseded_packages": superseded_packages}
+        return {"superseded_packages": superseded_packages, "driver_companions": driver_companions}

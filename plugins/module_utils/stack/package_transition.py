@@ -23,6 +23,11 @@ something removes them, and some of them then conflict with the new set:
 - DCGM 4 replaces the legacy ``datacenter-gpu-manager`` (DCGM 3) package, and
   ``datacenter-gpu-manager-4-cuda<N>`` follows the driver's CUDA major.
 
+Packages the new set does not name but that followed the old driver release move with it
+(:func:`driver_companions`): a dependency such as Debian's ``nvidia-driver-cuda`` (``cuda-drivers-<branch>``
+depends on it with ``>=``) is satisfied by the old release, so installing the named packages alone would leave
+it behind on a downgrade, one node running two releases. The driver's pins already name it by pattern.
+
 CUDA toolkits (``cuda-toolkit-X-Y``) are installed side by side by design
 (``/usr/local/cuda-X.Y``) and are never superseded: an old toolkit stays, no
 longer pinned. Anything not matched by a family below is left alone.
@@ -30,7 +35,10 @@ longer pinned. Anything not matched by a family below is left alone.
 
 from __future__ import annotations
 
+import fnmatch
 import re
+
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_version import parse_package_version
 
 # Families of packages bound to the exact driver version: an installed member
 # that the new set does not name is superseded, whether or not the new set has
@@ -82,3 +90,47 @@ def superseded_packages(installed, requested) -> list:
         return driver_bound or bool(dcgm4 and DCGM_SUPERSEDED.match(name))
 
     return [name for name in sorted(have - want) if superseded(name)]
+
+
+def _installed_versions(installed) -> dict:
+    """``{name: [version, ...]}`` from ``ansible_facts.packages`` (name -> list of ``{version}``) or such a dict."""
+    if not isinstance(installed, dict):
+        raise TransitionError("installed must be ansible_facts.packages (a mapping of name to versions)")
+    versions = {}
+    for name, value in installed.items():
+        entries = value if isinstance(value, list) else [value]
+        versions[name] = [str(item["version"]) for item in entries if isinstance(item, dict) and item.get("version")]
+    return versions
+
+
+def driver_companions(installed, packages, pins, old_driver) -> list:
+    """``name=version`` specs for the installed packages the new set does not name that carry the old driver
+    release and that a driver pin names (by name or pattern) at another version: they move with the driver.
+
+    ``installed``: ``ansible_facts.packages``; ``packages``: the exact packages (``{name, version}``);
+    ``pins``: the exact pins (``{names, version}``, apt patterns such as ``nvidia-driver-*``); ``old_driver``:
+    the driver release the node ran (upstream, ``550.127.08``). Packages of another version (the container
+    toolkit's ``libnvidia-container1`` matches ``libnvidia-*``) and superseded ones are left out. Empty
+    without an old driver.
+    """
+    if not old_driver:
+        return []
+    versions = _installed_versions(installed)
+    named = _names(packages, "packages")
+    superseded = set(superseded_packages(list(versions), packages))
+    specs = []
+    for name in sorted(set(versions) - named - superseded):
+        carried = [version for version in versions[name] if parse_package_version(version)[1] == str(old_driver)]
+        if not carried:
+            continue
+        target = next(
+            (
+                pin.get("version")
+                for pin in pins or []
+                if any(fnmatch.fnmatchcase(name, pattern) for pattern in pin.get("names") or [])
+            ),
+            None,
+        )
+        if target and target not in carried:
+            specs.append("%s=%s" % (name, target))
+    return specs

@@ -110,3 +110,48 @@ def test_bad_input_is_refused(bad):
         superseded_packages(bad, [])
     with pytest.raises(AnsibleFilterError, match=r"gpuops\.cluster\.superseded_packages"):
         FilterModule().filters()["superseded_packages"](["nvidia-driver"], bad)
+
+
+# ---------------------------------------------------------------- driver_companions
+
+DEBIAN_PINS = [
+    {
+        "component": "driver",
+        "names": ["cuda-drivers", "cuda-drivers-550", "nvidia-driver", "nvidia-driver-*", "libnvidia-*", "nvidia-smi"],
+        "version": "550.127.05-1",
+    }
+]
+DOWNGRADE = [{"name": n, "version": "550.127.05-1"} for n in ("cuda-drivers-550", "nvidia-driver", "nvidia-smi")]
+
+
+def test_a_dependency_the_stack_does_not_name_moves_with_the_driver():
+    """As the lab's nvidia_stack scenario found: a downgrade 550.127.08 -> .05 left nvidia-driver-cuda (a '>='
+    dependency of cuda-drivers-550) on .08, one node with two releases."""
+    installed = {
+        "cuda-drivers-550": [{"version": "550.127.08-1"}],
+        "nvidia-driver": [{"version": "550.127.08-1"}],
+        "nvidia-driver-cuda": [{"version": "550.127.08-1"}],
+        "nvidia-smi": [{"version": "550.127.08-1"}],
+        "libnvidia-container1": [{"version": "1.17.8-1"}],  # matches libnvidia-*, another release: left alone
+        "nvidia-fabricmanager-550": [{"version": "550.127.08-1"}],  # named by no pin: left alone
+        "cuda-toolkit-12-4": [{"version": "12.4.1-1"}],
+    }
+    specs = FilterModule().filters()["driver_companions"](installed, DOWNGRADE, DEBIAN_PINS, "550.127.08")
+    assert specs == ["nvidia-driver-cuda=550.127.05-1"]
+
+
+def test_nothing_moves_without_an_old_driver_or_when_the_companion_is_already_there():
+    installed = {"nvidia-driver-cuda": [{"version": "550.127.05-1"}], "nvidia-driver": [{"version": "550.127.08-1"}]}
+    assert FilterModule().filters()["driver_companions"](installed, DOWNGRADE, DEBIAN_PINS, None) == []
+    assert FilterModule().filters()["driver_companions"](installed, DOWNGRADE, DEBIAN_PINS, "550.127.08") == []
+
+
+def test_a_superseded_package_is_removed_not_moved():
+    installed = {"cuda-drivers-580": [{"version": "580.65.06-1"}], "nvidia-driver": [{"version": "580.65.06-1"}]}
+    pins = [dict(DEBIAN_PINS[0], names=["cuda-drivers-*", "nvidia-driver"])]
+    assert FilterModule().filters()["driver_companions"](installed, DOWNGRADE, pins, "580.65.06") == []
+
+
+def test_driver_companions_refuses_a_package_list_for_the_installed_mapping():
+    with pytest.raises(AnsibleFilterError, match=r"gpuops\.cluster\.driver_companions: installed must be"):
+        FilterModule().filters()["driver_companions"](["nvidia-driver"], DOWNGRADE, DEBIAN_PINS, "550.127.08")
