@@ -321,6 +321,20 @@ def query_dnf(module, names, params):
     return installed, pins, None, dict.fromkeys(names)
 
 
+def run_bounded(module, argv, timeout, doing):
+    """``argv``'s output, the command bounded by ``timeout`` seconds (``timeout`` when the node has it); a command
+    that does not answer in time or fails fails the module, saying what it was doing."""
+    limiter = module.get_bin_path("timeout")
+    if limiter:
+        argv = [limiter, str(timeout), *argv]
+    rc, out, err = module.run_command(argv)
+    if limiter and rc == 124:
+        module.fail_json(msg=f"{argv[2]} did not answer in {timeout} s: check the node's repositories", cmd=argv)
+    if rc != 0:
+        module.fail_json(msg=f"could not {doing}: {first_line(err, out)}", rc=rc, cmd=argv)
+    return out
+
+
 def read_index(module, manager, names, timeout):
     """What the node's repositories hold for ``names``: one index query, bounded by ``timeout`` seconds."""
     if manager == "apt":
@@ -331,14 +345,7 @@ def read_index(module, manager, names, timeout):
         tool = module.get_bin_path("dnf", required=True)
         argv = [tool, "repoquery", "-q", "--showduplicates", "--qf", package_index.DNF_QUERY_FORMAT, *names]
         parse = package_index.parse_dnf_repoquery
-    limiter = module.get_bin_path("timeout")
-    if limiter:
-        argv = [limiter, str(timeout), *argv]
-    rc, out, err = module.run_command(argv)
-    if rc == 124:
-        module.fail_json(msg=f"{argv[2]} did not answer in {timeout} s: check the node's repositories", cmd=argv)
-    if rc != 0:
-        module.fail_json(msg=f"could not read the package index: {first_line(err, out)}", rc=rc, cmd=argv)
+    out = run_bounded(module, argv, timeout, "read the package index")
     try:
         return parse(out)
     except package_index.PackageIndexError as exc:
@@ -347,34 +354,29 @@ def read_index(module, manager, names, timeout):
 
 def read_os_repositories(module, manager, os_id, params) -> dict:
     """``{missing}``: the OS repositories the stack of ``os_id`` needs that the node lacks (os_repositories)."""
-    timeout = params["timeout"]
     try:
         if manager == "apt":
             if not os_id.startswith("debian"):
                 return {"missing": []}
             argv = [module.get_bin_path("apt-cache", required=True), "policy"]
-            limiter = module.get_bin_path("timeout")
-            if limiter:
-                argv = [limiter, str(timeout), *argv]
-            rc, out, err = module.run_command(argv)
-            if rc != 0:
-                module.fail_json(msg=f"could not list apt's sources: {first_line(err, out)}", rc=rc, cmd=argv)
-            missing = os_repositories.missing(os_id, apt_entries=os_repositories.parse_apt_policy(out))
-            keyring = os.path.exists(os_repositories.DEBIAN_ARCHIVE_KEYRING)
-            for entry in missing:
-                if entry["kind"] == "apt":
-                    entry["signed_by"] = os_repositories.DEBIAN_ARCHIVE_KEYRING if keyring else None
-            return {"missing": [dict(entry, message=os_repositories.describe(entry)) for entry in missing]}
-        directory = params["repos_dir"]
-        names = (
-            sorted(name for name in os.listdir(directory) if name.endswith(".repo")) if os.path.isdir(directory) else []
-        )
-        texts = [(name, read_value(os.path.join(directory, name)) or "") for name in names]
-        arch = os.uname().machine
-        missing = os_repositories.missing(os_id, repos=os_repositories.parse_repo_files(texts), arch=arch)
-        return {"missing": [dict(entry, message=os_repositories.describe(entry)) for entry in missing]}
+            out = run_bounded(module, argv, params["timeout"], "list apt's sources")
+            keyring = (
+                os_repositories.DEBIAN_ARCHIVE_KEYRING
+                if os.path.exists(os_repositories.DEBIAN_ARCHIVE_KEYRING)
+                else None
+            )
+            missing = os_repositories.missing(os_id, apt_entries=os_repositories.parse_apt_policy(out), keyring=keyring)
+        else:
+            directory = params["repos_dir"]
+            names = []
+            if os.path.isdir(directory):
+                names = sorted(name for name in os.listdir(directory) if name.endswith(".repo"))
+            texts = [(name, read_value(os.path.join(directory, name)) or "") for name in names]
+            repos = os_repositories.parse_repo_files(texts)
+            missing = os_repositories.missing(os_id, repos=repos, arch=os.uname().machine)
     except os_repositories.RepositoryReadError as exc:
         module.fail_json(msg=f"cannot read the node's OS repositories: {exc}")
+    return {"missing": [dict(entry, message=os_repositories.describe(entry)) for entry in missing]}
 
 
 def loaded_module(path):

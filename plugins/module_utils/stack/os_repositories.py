@@ -11,8 +11,13 @@ NVIDIA's repository is not enough on two families (``../shared/reference/nvidia-
   ``nvidia-installer-cleanup``, ``glx-alternative-nvidia``). Ubuntu needs nothing more.
 * RHEL, Rocky, Alma 8 and 9: ``kmod-nvidia-*-dkms`` needs ``dkms`` from EPEL ("nothing provides dkms
   needed by kmod-nvidia-latest-dkms"), and EPEL's packages need CRB (CodeReady Linux Builder;
-  ``powertools`` on Rocky and Alma 8, ``codeready-builder-for-rhel-<major>-<arch>-rpms`` on RHEL).
-  Every RHEL driver rule of the matrix is a DKMS one.
+  ``powertools`` on Rocky and Alma 8, ``codeready-builder-for-rhel-<major>-<arch>-rpms`` on RHEL; Fedora's
+  EPEL page, as quoted in github.com/AlmaLinux/wiki/issues/232). Every RHEL driver rule of the matrix is a
+  DKMS one. EPEL comes from ``epel-release``, at
+  ``https://dl.fedoraproject.org/pub/epel/epel-release-latest-<major>.noarch.rpm`` (the URL Checkmk's RHEL
+  install guide and the ansible-role-epel default give); CRB is enabled as EPEL's own ``crb`` script does
+  (epel-release sources, mirrored at github.com/codacy-open-source-projects-scans/epel-release, file ``crb``):
+  ``subscription-manager repos --enable <id>`` on RHEL, ``dnf config-manager --enable <id>`` elsewhere.
 
 :func:`parse_apt_policy` reads ``apt-cache policy`` (no package: the package files apt uses),
 :func:`parse_repo_files` the ``/etc/yum.repos.d/*.repo`` files (id and ``enabled``), and
@@ -28,6 +33,7 @@ from __future__ import annotations
 import configparser
 import re
 
+# Installed by Debian's debian-archive-keyring package (present in the lab's Debian 12 and 13 images).
 DEBIAN_ARCHIVE_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 # Repository ids that are CRB, as EPEL's own crb helper script (epel-release) finds them: crb (Rocky, Alma 9),
 # powertools (8), codeready-builder-for-rhel-<major>-<arch>-rpms (RHEL); not their debug, source, EUS or cloud ones.
@@ -87,7 +93,7 @@ def parse_repo_files(texts) -> dict[str, bool]:
     return repos
 
 
-def _debian_contrib(entries: list[dict]) -> list[dict]:
+def _debian_contrib(entries: list[dict], keyring) -> list[dict]:
     debian = [entry for entry in entries if entry["origin"] == "Debian"]
     if any(entry["component"] == "contrib" for entry in debian):
         return []
@@ -113,6 +119,7 @@ def _debian_contrib(entries: list[dict]) -> list[dict]:
             "uris": [url],
             "suites": found,
             "components": ["contrib"],
+            "signed_by": keyring,
         }
         for n, (url, found) in enumerate(suites.items())
     ]
@@ -143,18 +150,19 @@ def _rhel(repos: dict[str, bool], major: str, arch: str) -> list[dict]:
     return found
 
 
-def missing(os_id: str, apt_entries=None, repos=None, arch: str = "x86_64") -> list[dict]:
+def missing(os_id: str, apt_entries=None, repos=None, arch: str = "x86_64", keyring=None) -> list[dict]:
     """What the node lacks of the OS repositories the stack of ``os_id`` needs; empty when nothing.
 
     ``apt_entries`` are :func:`parse_apt_policy`'s (apt nodes), ``repos`` :func:`parse_repo_files`'s (dnf
     nodes). Debian: ``contrib`` added beside each Debian archive the node uses, for the suites it uses
-    (``kind: apt``, ``uris``, ``suites``, ``components``). RHEL family: EPEL (``kind: dnf_repo`` to add, or
+    (``kind: apt``, ``uris``, ``suites``, ``components``, ``signed_by``: ``keyring``, the Debian archive keyring
+    when the node has it, else None for apt's trusted keys). RHEL family: EPEL (``kind: dnf_repo`` to add, or
     ``dnf_enable`` for a configured but disabled one) and CRB (``dnf_enable`` with the ``tool`` that enables it).
     ``kind: absent``: nothing on the node to enable (``why``).
     """
     os_id = str(os_id or "")
     if os_id.startswith("debian"):
-        return _debian_contrib(apt_entries or [])
+        return _debian_contrib(apt_entries or [], keyring)
     found = re.match(r"^rhel(\d+)$", os_id)
     if found:
         return _rhel(repos or {}, found.group(1), arch)

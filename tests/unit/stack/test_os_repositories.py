@@ -48,8 +48,12 @@ def test_a_debian_node_without_contrib_gets_it_beside_its_own_archive(fixture, s
             "uris": ["http://deb.debian.org/debian"],
             "suites": [suite],
             "components": ["contrib"],
+            "signed_by": None,  # the keyring is given by the caller, which checks the node has it
         }
     ]
+    keyring = os_repositories.DEBIAN_ARCHIVE_KEYRING
+    found = os_repositories.missing("debian12", apt_entries=entries, keyring=keyring)
+    assert found[0]["signed_by"] == keyring
 
 
 def test_a_debian_node_with_contrib_lacks_nothing_and_ubuntu_needs_nothing():
