@@ -125,6 +125,13 @@ options:
         description: Where dnf's C(.repo) files are (dnf nodes, with O(index.os_id)).
         type: path
         default: /etc/yum.repos.d
+      apt_dir:
+        description:
+          - Where apt's C(sources.list) and C(sources.list.d) are (Debian nodes, with O(index.os_id)). Their
+            C(Signed-By) for the Debian archive is the one C(contrib) is added with, so apt sees no conflicting
+            values.
+        type: path
+        default: /etc/apt
   nvswitch_pci_ids:
     description:
       - NVIDIA (vendor C(10de)) PCI device ids that are NVSwitch functions.
@@ -352,6 +359,19 @@ def read_index(module, manager, names, timeout):
         module.fail_json(msg=f"cannot read the package index: {exc}", stdout=out, cmd=argv)
 
 
+def read_apt_sources(directory) -> list[tuple[str, str]]:
+    """``(name, text)`` of apt's source files: ``sources.list``, then ``sources.list.d/*.list`` and ``*.sources``."""
+    names = ["sources.list"]
+    parts = os.path.join(directory, "sources.list.d")
+    if os.path.isdir(parts):
+        names += [
+            os.path.join("sources.list.d", name)
+            for name in sorted(os.listdir(parts))
+            if name.endswith((".list", ".sources"))
+        ]
+    return [(name, read_value(os.path.join(directory, name)) or "") for name in names]
+
+
 def read_os_repositories(module, manager, os_id, params) -> dict:
     """``{missing}``: the OS repositories the stack of ``os_id`` needs that the node lacks (os_repositories)."""
     try:
@@ -365,7 +385,12 @@ def read_os_repositories(module, manager, os_id, params) -> dict:
                 if os.path.exists(os_repositories.DEBIAN_ARCHIVE_KEYRING)
                 else None
             )
-            missing = os_repositories.missing(os_id, apt_entries=os_repositories.parse_apt_policy(out), keyring=keyring)
+            missing = os_repositories.missing(
+                os_id,
+                apt_entries=os_repositories.parse_apt_policy(out),
+                keyring=keyring,
+                apt_sources=os_repositories.parse_apt_sources(read_apt_sources(params["apt_dir"])),
+            )
         else:
             directory = params["repos_dir"]
             names = []
@@ -477,6 +502,7 @@ def main():
                     "timeout": {"type": "int", "default": 120},
                     "os_id": {"type": "str"},
                     "repos_dir": {"type": "path", "default": "/etc/yum.repos.d"},
+                    "apt_dir": {"type": "path", "default": "/etc/apt"},
                 },
             },
         },

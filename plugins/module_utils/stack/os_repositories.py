@@ -20,6 +20,7 @@ NVIDIA's repository is not enough on two families (``../shared/reference/nvidia-
   ``subscription-manager repos --enable <id>`` on RHEL, ``dnf config-manager --enable <id>`` elsewhere.
 
 :func:`parse_apt_policy` reads ``apt-cache policy`` (no package: the package files apt uses),
+:func:`parse_apt_sources` the ``Signed-By`` of apt's source entries (one-line ``.list`` and deb822 ``.sources``),
 :func:`parse_repo_files` the ``/etc/yum.repos.d/*.repo`` files (id and ``enabled``), and
 :func:`missing` says what the node lacks for the resolved stack's OS (``os_id`` of the matrix:
 ``debian12``, ``rhel9``): each entry ``{id, kind, ...}`` the role adds or enables, or
@@ -78,6 +79,73 @@ def parse_apt_policy(text: str) -> list[dict]:
     return entries
 
 
+def _one_line_entries(text: str) -> list[dict]:
+    entries = []
+    for raw in text.splitlines():
+        found = re.match(r"^(deb|deb-src)\s+(?:\[([^\]]*)\]\s+)?(\S+)\s+(\S+)", raw.split("#", 1)[0].strip())
+        if not found:
+            continue
+        options = dict(item.split("=", 1) for item in (found.group(2) or "").split() if "=" in item)
+        entries.append(
+            {"uris": [found.group(3)], "suites": [found.group(4)], "signed_by": options.get("signed-by") or None}
+        )
+    return entries
+
+
+def _deb822_entries(text: str) -> list[dict]:
+    entries = []
+    for stanza in re.split(r"\n\s*\n", text):
+        fields: dict[str, str] = {}
+        name = None
+        for line in stanza.splitlines():
+            if line.startswith("#"):
+                continue
+            if line[:1] in (" ", "\t") and name:
+                fields[name] += "\n" + line  # a continuation line (an embedded key block)
+                continue
+            key, sep, value = line.partition(":")
+            if sep:
+                name = key.strip().lower()
+                fields[name] = value.strip()
+        if not fields.get("uris") or fields.get("enabled", "yes").lower() == "no":
+            continue
+        entries.append(
+            {
+                "uris": fields["uris"].split(),
+                "suites": fields.get("suites", "").split(),
+                "signed_by": fields.get("signed-by", "").strip() or None,
+            }
+        )
+    return entries
+
+
+def parse_apt_sources(texts) -> list[dict]:
+    """``[{uris, suites, signed_by}]`` from ``(name, text)`` of apt's source files, in the order given.
+
+    ``*.list`` (and ``sources.list``) are one-line entries, ``deb [signed-by=<value> ...] <uri> <suite> ...``;
+    ``*.sources`` are deb822 stanzas with ``URIs``, ``Suites`` and ``Signed-By`` (a path, fingerprints, or an
+    embedded key block kept as written); a stanza with ``Enabled: no`` is left out. ``signed_by`` is None where
+    the entry sets none (apt then trusts its global keys).
+    """
+    entries: list[dict] = []
+    for name, text in texts:
+        entries.extend(_deb822_entries(text) if name.endswith(".sources") else _one_line_entries(text))
+    return entries
+
+
+def _signed_by(sources: list[dict], url: str, suite: str):
+    """The ``Signed-By`` the node's own entries give ``url`` and ``suite``, or None where none sets one.
+
+    apt refuses two entries for one URL and suite with different ``Signed-By`` values ("Conflicting values set
+    for option Signed-By regarding source ..."), and accepts one that sets none beside one that sets it.
+    """
+    for entry in sources:
+        urls = [uri.rstrip("/") for uri in entry["uris"]]
+        if entry["signed_by"] and url.rstrip("/") in urls and suite in entry["suites"]:
+            return entry["signed_by"]
+    return None
+
+
 def parse_repo_files(texts) -> dict[str, bool]:
     """``{repository id: enabled}`` from ``(name, text)`` of each ``.repo`` file (INI; ``enabled`` defaults to 1)."""
     repos: dict[str, bool] = {}
@@ -93,16 +161,18 @@ def parse_repo_files(texts) -> dict[str, bool]:
     return repos
 
 
-def _debian_contrib(entries: list[dict], keyring) -> list[dict]:
+def _debian_contrib(entries: list[dict], keyring, sources: list[dict]) -> list[dict]:
     debian = [entry for entry in entries if entry["origin"] == "Debian"]
     if any(entry["component"] == "contrib" for entry in debian):
         return []
-    suites: dict[str, list[str]] = {}
+    # one entry per archive URL and Signed-By: the node's own for that URL and suite, else the Debian keyring
+    suites: dict[tuple, list[str]] = {}
     for entry in debian:
         if entry["component"] == "main" and entry["suite"]:
-            suites.setdefault(entry["url"], [])
-            if entry["suite"] not in suites[entry["url"]]:
-                suites[entry["url"]].append(entry["suite"])
+            signed_by = _signed_by(sources, entry["url"], entry["suite"]) or keyring
+            found = suites.setdefault((entry["url"], signed_by), [])
+            if entry["suite"] not in found:
+                found.append(entry["suite"])
     if not suites:
         return [
             {
@@ -119,9 +189,9 @@ def _debian_contrib(entries: list[dict], keyring) -> list[dict]:
             "uris": [url],
             "suites": found,
             "components": ["contrib"],
-            "signed_by": keyring,
+            "signed_by": signed_by,
         }
-        for n, (url, found) in enumerate(suites.items())
+        for n, ((url, signed_by), found) in enumerate(suites.items())
     ]
 
 
@@ -150,19 +220,23 @@ def _rhel(repos: dict[str, bool], major: str, arch: str) -> list[dict]:
     return found
 
 
-def missing(os_id: str, apt_entries=None, repos=None, arch: str = "x86_64", keyring=None) -> list[dict]:
+def missing(
+    os_id: str, apt_entries=None, repos=None, arch: str = "x86_64", keyring=None, apt_sources=None
+) -> list[dict]:
     """What the node lacks of the OS repositories the stack of ``os_id`` needs; empty when nothing.
 
     ``apt_entries`` are :func:`parse_apt_policy`'s (apt nodes), ``repos`` :func:`parse_repo_files`'s (dnf
     nodes). Debian: ``contrib`` added beside each Debian archive the node uses, for the suites it uses
-    (``kind: apt``, ``uris``, ``suites``, ``components``, ``signed_by``: ``keyring``, the Debian archive keyring
-    when the node has it, else None for apt's trusted keys). RHEL family: EPEL (``kind: dnf_repo`` to add, or
+    (``kind: apt``, ``uris``, ``suites``, ``components``, ``signed_by``: the ``Signed-By`` the node's own entry for
+    that archive and suite sets (``apt_sources``, :func:`parse_apt_sources`), so apt sees no conflict, a mirror
+    signed with its own key included; where none sets one, ``keyring``, the Debian archive keyring when the node
+    has it, else None for apt's trusted keys). RHEL family: EPEL (``kind: dnf_repo`` to add, or
     ``dnf_enable`` for a configured but disabled one) and CRB (``dnf_enable`` with the ``tool`` that enables it).
     ``kind: absent``: nothing on the node to enable (``why``).
     """
     os_id = str(os_id or "")
     if os_id.startswith("debian"):
-        return _debian_contrib(apt_entries or [], keyring)
+        return _debian_contrib(apt_entries or [], keyring, apt_sources or [])
     found = re.match(r"^rhel(\d+)$", os_id)
     if found:
         return _rhel(repos or {}, found.group(1), arch)

@@ -220,11 +220,13 @@ OS_REPOSITORIES = Path(__file__).resolve().parents[2] / "fixtures" / "os_reposit
 INDEX = {"driver": {"branch": "550", "exact": None, "floor": None, "skip": [], "upgrade": False}, "pins": []}
 
 
-def test_a_debian_node_without_contrib_is_reported_from_one_apt_cache_policy_call(run_module, converged, files):
+def test_a_debian_node_without_contrib_is_reported_from_one_apt_cache_policy_call(
+    run_module, converged, files, tmp_path
+):
     converged.binaries.add("apt-cache")
     converged.madison = "nvidia-driver-550 | 550.127.08-1 | http://gpuops-repo/debian12/x86_64  Packages\n"
     converged.policy = (OS_REPOSITORIES / "apt-cache-policy-debian12-lab-main-only.txt").read_text()
-    args = dict(files, requested=REQUESTED[:1], index=dict(INDEX, os_id="debian12"))
+    args = dict(files, requested=REQUESTED[:1], index=dict(INDEX, os_id="debian12", apt_dir=str(tmp_path / "apt")))
     facts = facts_of(run_module(gpu_stack_facts.main, args))
     missing = facts["index"]["os_repositories"]["missing"]
     assert [(entry["id"], entry["kind"], entry["uris"], entry["suites"]) for entry in missing] == [
@@ -233,6 +235,24 @@ def test_a_debian_node_without_contrib_is_reported_from_one_apt_cache_policy_cal
     assert [call[1:] for call in converged.calls if call[0].endswith("apt-cache")] == [
         ["madison", "nvidia-driver-550"],
         ["policy"],
+    ]
+
+
+def test_contrib_is_signed_as_the_node_s_own_entry_for_its_archive(run_module, converged, files, tmp_path):
+    converged.binaries.add("apt-cache")
+    converged.madison = "nvidia-driver-550 | 550.127.08-1 | http://gpuops-repo/debian12/x86_64  Packages\n"
+    converged.policy = (OS_REPOSITORIES / "apt-cache-policy-debian12-lab-main-only.txt").read_text()
+    parts = tmp_path / "apt" / "sources.list.d"
+    parts.mkdir(parents=True)
+    image = (OS_REPOSITORIES / "debian.sources-debian12-image").read_text()
+    # the image's stanzas, signed by a site keyring instead of Debian's (a mirror re-signed with its own key)
+    (parts / "debian.sources").write_text(image.replace("debian-archive-keyring.gpg", "site-mirror.gpg"))
+    disabled = "deb [signed-by=/wrong.gpg] http://deb.debian.org/debian bookworm main\n"
+    (parts / "other.list.disabled").write_text(disabled)  # apt reads only .list and .sources
+    args = dict(files, requested=REQUESTED[:1], index=dict(INDEX, os_id="debian12", apt_dir=str(tmp_path / "apt")))
+    facts = facts_of(run_module(gpu_stack_facts.main, args))
+    assert [entry["signed_by"] for entry in facts["index"]["os_repositories"]["missing"]] == [
+        "/usr/share/keyrings/site-mirror.gpg"
     ]
 
 

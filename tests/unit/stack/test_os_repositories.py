@@ -56,6 +56,85 @@ def test_a_debian_node_without_contrib_gets_it_beside_its_own_archive(fixture, s
     assert found[0]["signed_by"] == keyring
 
 
+def test_apt_sources_give_each_entry_its_signed_by_from_both_formats():
+    sources = os_repositories.parse_apt_sources(
+        [
+            ("sources.list", text("sources.list-debian12-lab")),
+            ("sources.list.d/debian.sources", text("debian.sources-debian12-image")),
+        ]
+    )
+    keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
+    assert sources == [
+        {"uris": ["http://deb.debian.org/debian"], "suites": ["bookworm"], "signed_by": None},
+        {"uris": ["http://deb.debian.org/debian"], "suites": ["bookworm", "bookworm-updates"], "signed_by": keyring},
+        {"uris": ["http://deb.debian.org/debian-security"], "suites": ["bookworm-security"], "signed_by": keyring},
+    ]
+
+
+def test_apt_sources_skip_disabled_stanzas_and_comments_and_keep_an_embedded_key_as_written():
+    deb822 = (
+        "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm\nComponents: main\nEnabled: no\n"
+        "Signed-By: /etc/apt/keyrings/old.gpg\n\n"
+        "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm\nComponents: main\n"
+        "Signed-By:\n -----BEGIN PGP PUBLIC KEY BLOCK-----\n .\n mQINBF\n -----END PGP PUBLIC KEY BLOCK-----\n"
+    )
+    one_line = (
+        "# deb [signed-by=/nowhere.gpg] http://old.example/debian bookworm main\ndeb-src http://x.example/d sid main\n"
+    )
+    sources = os_repositories.parse_apt_sources([("m.sources", deb822), ("x.list", one_line)])
+    assert sources == [
+        {
+            "uris": ["http://mirror.example/debian"],
+            "suites": ["bookworm"],
+            "signed_by": "-----BEGIN PGP PUBLIC KEY BLOCK-----\n .\n mQINBF\n -----END PGP PUBLIC KEY BLOCK-----",
+        },
+        {"uris": ["http://x.example/d"], "suites": ["sid"], "signed_by": None},
+    ]
+
+
+def test_contrib_takes_the_signed_by_of_the_node_s_own_entry_for_its_archive_and_suite():
+    # a local mirror signed with its own key: a contrib entry signed by the Debian keyring would make apt
+    # stop with "Conflicting values set for option Signed-By" (reproduction: the fixtures' README)
+    mirror = "http://mirror.example/debian"
+    policy = text("apt-cache-policy-debian12-lab-main-only.txt").replace("http://deb.debian.org/debian", mirror)
+    sources = os_repositories.parse_apt_sources(
+        [("sources.list", "deb [arch=amd64 signed-by=/usr/share/keyrings/mirror.gpg] %s/ bookworm main\n" % mirror)]
+    )
+    found = os_repositories.missing(
+        "debian12",
+        apt_entries=os_repositories.parse_apt_policy(policy),
+        keyring=os_repositories.DEBIAN_ARCHIVE_KEYRING,
+        apt_sources=sources,
+    )
+    assert [(entry["uris"], entry["suites"], entry["signed_by"]) for entry in found] == [
+        ([mirror], ["bookworm"], "/usr/share/keyrings/mirror.gpg")
+    ]
+
+
+def test_contrib_signed_by_the_debian_keyring_where_the_node_s_entry_sets_none():
+    found = os_repositories.missing(
+        "debian12",
+        apt_entries=os_repositories.parse_apt_policy(text("apt-cache-policy-debian12-lab-main-only.txt")),
+        keyring=os_repositories.DEBIAN_ARCHIVE_KEYRING,
+        apt_sources=os_repositories.parse_apt_sources([("sources.list", text("sources.list-debian12-lab"))]),
+    )
+    assert [entry["signed_by"] for entry in found] == [os_repositories.DEBIAN_ARCHIVE_KEYRING]
+
+
+def test_suites_of_one_archive_signed_differently_get_one_contrib_entry_each():
+    policy = text("apt-cache-policy-debian12-lab-main-only.txt")
+    extra = policy.replace("bookworm", "bookworm-updates")
+    entries = os_repositories.parse_apt_policy(policy) + os_repositories.parse_apt_policy(extra)
+    sources = os_repositories.parse_apt_sources(
+        [("a.list", "deb [signed-by=/k/one.gpg] http://deb.debian.org/debian bookworm-updates main\n")]
+    )
+    found = os_repositories.missing("debian12", apt_entries=entries, keyring="/k/debian.gpg", apt_sources=sources)
+    assert [(entry["name"], entry["suites"], entry["signed_by"]) for entry in found] == [
+        ("gpuops-debian-contrib", ["bookworm"], "/k/debian.gpg"),
+        ("gpuops-debian-contrib-2", ["bookworm-updates"], "/k/one.gpg"),
+    ]
+
+
 def test_a_debian_node_with_contrib_lacks_nothing_and_ubuntu_needs_nothing():
     policy = text("apt-cache-policy-debian12-lab-main-only.txt").replace(
         "Pinned packages:",

@@ -63,6 +63,27 @@ def test_keyring_is_the_repository_key_and_named_in_signed_by(host):
     assert f"URIs: {REPOS.get(name_of(host), DEBIAN_REPO)}" in source
 
 
+def test_debian_contrib_beside_the_node_s_archive_signed_as_its_own_entry(host):
+    if name_of(host) in REPOS:
+        pytest.skip("Ubuntu needs no OS repository beside NVIDIA's")
+    # molecule.yml: ns-l40s's archive entry names its own key file; the others set none (the Debian keyring)
+    signed_by = {"ns-l40s": "/etc/apt/trusted.gpg.d/debian-archive-bookworm-stable.asc"}.get(
+        name_of(host), "/usr/share/keyrings/debian-archive-keyring.gpg"
+    )
+    source = host.file("/etc/apt/sources.list.d/gpuops-debian-contrib.sources").content_string
+    assert "URIs: http://deb.debian.org/debian" in source
+    assert "Suites: bookworm" in source
+    assert "Components: contrib" in source
+    assert f"Signed-By: {signed_by}" in source
+    # apt reads the sources without "Conflicting values set for option Signed-By" and has contrib's lists
+    policy = host.run("LC_ALL=C apt-cache policy")
+    assert policy.rc == 0, policy.stderr
+    assert "Conflicting" not in policy.stderr
+    assert any(
+        "o=Debian" in line and "n=bookworm" in line and "c=contrib" in line for line in policy.stdout.splitlines()
+    ), policy.stdout
+
+
 def test_every_resolved_package_is_at_its_exact_version_held_and_pinned(host, report):
     held = set(host.check_output("apt-mark showhold").split())
     preferences = host.file("/etc/apt/preferences.d/gpuops-nvidia.pref").content_string
