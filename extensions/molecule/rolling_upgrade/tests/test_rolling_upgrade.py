@@ -87,6 +87,8 @@ SURVEY_DECISION = "Decide whether the node is upgraded, skipped or left out"
 PLAY = "Upgrade in a sliding window"
 FOREIGN_NODE = NODES[2]
 PRESTAGE_TASK = "Download the resolved packages and their missing dependencies into the apt cache"
+PRESTAGE_MOVING_TASK = "Download them with the superseded packages as removals and what moves with the driver"
+PRESTAGE_NAMED_TASK = "Download exactly the resolved packages when their dependencies cannot be resolved"
 FOREIGN_REASON = "LAB-42 fan replacement, do not resume"
 FAULT_HOOK = "/etc/apt/apt.conf.d/99gpuops-lab-fault"
 # A job that runs until this file appears on its node: it is running whenever the drain starts, on
@@ -405,6 +407,23 @@ def test_no_other_node_touched_after_the_canary_failed(unhealthy_canary):
             assert state["after"][node] == state["before"][node]
             assert not drained(state["slurm"][node])
     assert state["after"][CANARY]["nvidia-driver"].startswith(BRANCH)
+
+
+def test_a_branch_change_pre_stages_the_target_with_its_dependencies_too(unhealthy_canary):
+    """R550 -> R580: apt cannot resolve the target beside the running, held stack; the survey resolves it again
+    with the superseded packages as removals (cuda-drivers-550 ...), so nvidia-driver-cuda, which no package list
+    of ours names, is in the cache before the window, and the fallback to the named packages alone never runs."""
+    run = unhealthy_canary[0]
+
+    def ran(task):
+        results = run.results_for(task=task)
+        return {r.host: r.result.get("stdout", "") for r in results if r.event != "runner_on_skipped"}
+
+    first, moving = ran(PRESTAGE_TASK), ran(PRESTAGE_MOVING_TASK)
+    assert sorted(first) == sorted(NODES)
+    for node in NODES:
+        assert f"nvidia-driver-cuda {BRANCH}-1" in first[node] + moving.get(node, ""), moving.get(node, first[node])
+    assert ran(PRESTAGE_NAMED_TASK) == {}
 
 
 def test_failed_canary_stays_drained_with_the_run_in_its_reason(unhealthy_canary):
