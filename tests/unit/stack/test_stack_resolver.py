@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import fnmatch
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import StackMatrix, default_matrix
@@ -494,6 +495,61 @@ def test_ubuntu_r590_names_drop_the_branch():
         "cuda-drivers=595.58.03",
         "nvidia-driver=595.58.03",
     ]
+
+
+# Unbranched R590+ package names, each from a source: nvidia-dkms[-open] and libnvidia-* (NVIDIA Driver Installation
+# Guide, "Ubuntu 590 package renames"); nvidia-open, nvidia-driver-open, nvidia-kernel-source, nvidia-firmware,
+# nvidia-headless-no-dkms-open (NVIDIA/gpu-driver-container ubuntu26.04 at 06a208c; nvidia-kernel-source-open in its
+# nvidia-driver script); nvidia-kernel-common, nvidia-utils, nvidia-compute-utils, xserver-xorg-video-nvidia (the
+# R590 ubuntu2404/sbsa set of dsx-ai-factory/infra-controller PR 6049); nvidia-modprobe (NVIDIA/gpu-driver-container
+# commit 64eff74 pins it at the driver's version).
+R590_UBUNTU_COMMON = [
+    "nvidia-kernel-common",
+    "nvidia-kernel-source",
+    "nvidia-firmware",
+    "nvidia-utils",
+    "nvidia-compute-utils",
+    "libnvidia-compute",
+    "libnvidia-cfg1",
+    "libnvidia-gl",
+    "xserver-xorg-video-nvidia",
+    "nvidia-persistenced",
+    "nvidia-modprobe",
+]
+R590_UBUNTU_FLAVOUR = {
+    "proprietary": ["cuda-drivers", "nvidia-driver", "nvidia-dkms"],
+    "open": [
+        "nvidia-open",
+        "nvidia-driver-open",
+        "nvidia-dkms-open",
+        "nvidia-kernel-source-open",
+        "nvidia-headless-no-dkms-open",
+    ],
+}
+
+
+@pytest.mark.parametrize("kernel_modules", ["open", "proprietary"])
+@pytest.mark.parametrize(
+    ("driver", "cuda", "os_version"), [("590.48.01", "13.1", "24.04"), ("595.58.03", "13.2", "22.04")]
+)
+def test_ubuntu_r590_pins_hold_every_package_of_the_release(kernel_modules, driver, cuda, os_version):
+    # The metapackages depend with ">=": a package no pin names (the DKMS module, nvidia-modprobe) can move to
+    # another release while the rest stays.
+    result = run({"driver": driver, "cuda": cuda, "kernel_modules": kernel_modules}, os="Ubuntu", os_version=os_version)
+    driver_pins = [p for p in result["pins"] if p["component"] == "driver"]
+    assert driver_pins
+    assert all(p["version"] == driver and p["follows_driver"] for p in driver_pins)
+    globs = [name for p in driver_pins for name in p["names"]]
+    dkms = "nvidia-dkms-open" if kernel_modules == "open" else "nvidia-dkms"
+    assert {dkms, "nvidia-modprobe"} <= set(globs)
+    unpinned = [
+        name
+        for name in R590_UBUNTU_COMMON + R590_UBUNTU_FLAVOUR[kernel_modules]
+        if not any(fnmatch.fnmatchcase(name, glob) for glob in globs)
+    ]
+    assert unpinned == []
+    # The driver's own packages are all covered by the pins as well.
+    assert all(any(fnmatch.fnmatchcase(name, glob) for glob in globs) for name in names(result, "driver"))
 
 
 def test_rhel_packages_module_and_spec():
