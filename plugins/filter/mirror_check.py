@@ -12,19 +12,23 @@ from pathlib import Path
 
 import yaml
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import mirror_check
 
 PREFIX = "gpuops.cluster."
-# The role's defaults are the one source of the repository's base URL and architecture.
+# The role's defaults are the one source of the repository's base URL and architecture, and of the OS
+# repository settings a host does not set.
 ROLE_DEFAULTS = Path(__file__).resolve().parents[2] / "roles" / "nvidia_stack" / "defaults" / "main.yml"
+OS_REPOSITORIES_ENABLED = "nvidia_stack_os_repositories_enabled"
+EPEL_RELEASE_URL = "nvidia_stack_epel_release_url"
 
 
-def _role_default(name):
+def _role_default(name, filter_name="mirror_repository_url"):
     try:
         return (yaml.safe_load(ROLE_DEFAULTS.read_text(encoding="utf-8")) or {})[name]
     except (OSError, KeyError, yaml.YAMLError) as exc:
         raise AnsibleFilterError(
-            "%smirror_repository_url: cannot read %s from %s: %s" % (PREFIX, name, ROLE_DEFAULTS, exc)
+            "%s%s: cannot read %s from %s: %s" % (PREFIX, filter_name, name, ROLE_DEFAULTS, exc)
         ) from exc
 
 
@@ -41,12 +45,29 @@ def mirror_repository_url(stack, repo_url=None, base_url=None, arch=None):
 
 
 def mirror_check_plan(hosts, hostvars, stack="gpuops_resolved_stack", repository="mirror_check_repository"):
-    """One check per operating system, repository and distinct stack, each read on one node of its group."""
+    """One check per operating system, repository and distinct stack, each read on one node of its group.
+
+    Each host's nvidia_stack_os_repositories_enabled and nvidia_stack_epel_release_url (the role's defaults where
+    it sets none) say what site.yml would do about the OS repositories the node lacks.
+    """
+    enabled_default = _role_default(OS_REPOSITORIES_ENABLED, "mirror_check_plan")
+    epel_default = _role_default(EPEL_RELEASE_URL, "mirror_check_plan")
     targets = {}
     for host in hosts:
         values = hostvars.get(host) or {}
         if values.get(stack):
-            targets[host] = {"stack": values.get(stack), "repository": values.get(repository)}
+            try:
+                enabled = boolean(values.get(OS_REPOSITORIES_ENABLED, enabled_default), strict=True)
+            except TypeError as exc:
+                raise AnsibleFilterError(
+                    "%smirror_check_plan: %s of %s is not a boolean: %s" % (PREFIX, OS_REPOSITORIES_ENABLED, host, exc)
+                ) from exc
+            targets[host] = {
+                "stack": values.get(stack),
+                "repository": values.get(repository),
+                "os_repositories_enabled": enabled,
+                "epel_release_url": values.get(EPEL_RELEASE_URL, epel_default) or "",
+            }
     if not targets:
         raise AnsibleFilterError("%smirror_check_plan: no host has %s: run the validation play first" % (PREFIX, stack))
     return mirror_check.plan(targets)

@@ -13,10 +13,31 @@
 3. On the chosen node, ``gpuops.cluster.gpu_stack_facts`` with option ``index`` resolves the check (one
    ``apt-cache madison`` or ``dnf repoquery`` call, :func:`package_index.resolve`), and on apt nodes
    ``apt-cache policy`` lists the repositories apt has package lists for (:func:`parse_apt_policy_sources`).
+   The group's first check also gives ``index.os_id``: the same read says which OS repositories NVIDIA's
+   packages depend on the node lacks (``index.os_repositories.missing``, :mod:`os_repositories`).
 4. :func:`report` turns every check and its reads into lines to print and the problems that fail the run.
 
 The check asks for the newest release of a requested branch (what ``rolling_upgrade.yml`` and a first
 install take), not the release the reading node runs; it says when the node runs another one.
+
+The OS repositories (Debian's ``contrib``; EPEL and CRB on the RHEL family), as an operator with an
+air-gapped mirror needs them, once per group (on its first check; the reading node stands for the group,
+as for NVIDIA's repository):
+
+* ``kind`` ``apt``, ``dnf_repo`` or ``dnf_enable``: site.yml's nvidia_stack role adds or enables it by itself
+  (``nvidia_stack_os_repositories_enabled``, true by default), so it is a note, not a problem: what site.yml
+  adds (beside which Debian archive; which epel-release package, the reading node's
+  ``nvidia_stack_epel_release_url`` or else Fedora's, which an air-gapped node cannot reach; which repository
+  it enables) and that the mirror must carry it (the check configures nothing, so it cannot see whether the
+  mirror does).
+* The same where hosts of the group set ``nvidia_stack_os_repositories_enabled: false``: a problem, since
+  site.yml refuses those hosts; it names them, what to configure or enable on them, and the setting. The
+  group's other hosts get the note.
+* ``kind`` ``absent``: a problem, since there is nothing on the node to enable: configure the mirror's
+  repository on the group's nodes.
+
+A read that failed is already a problem; a read without ``os_repositories`` (a check that did not ask, or an
+older gpu_stack_facts) adds nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +49,18 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_versio
 
 # The parts of a resolved stack (stack_resolver.resolve) that decide what a repository is asked.
 STACK_KEYS = ("packages", "pins", "driver_request", "kernel_modules", "fabricmanager")
+# The epel-release package the nvidia_stack role installs when nvidia_stack_epel_release_url is empty
+# (roles/nvidia_stack/tasks/os_repositories.yml); %s is the RHEL major release.
+EPEL_RELEASE_URL = "https://dl.fedoraproject.org/pub/epel/epel-release-latest-%s.noarch.rpm"
+# An OS repository (os_repositories.missing's id) in a note, and what a node needs where site.yml cannot add it.
+OS_REPOSITORY_NAMES = {"contrib": "Debian's contrib component", "epel": "EPEL", "crb": "CRB"}
+OS_REPOSITORY_CONFIGURE = {
+    "contrib": "the mirror's Debian archive with the components main and contrib",
+    "epel": "the mirror's EPEL repository",
+    "crb": "the mirror's CRB repository",
+}
+# How the role enables a configured but disabled repository (os_repositories.missing's ``tool``).
+ENABLE_COMMANDS = {"dnf": "dnf config-manager --enable", "subscription-manager": "subscription-manager repos --enable"}
 
 
 def _norm(url):
@@ -79,14 +112,18 @@ def _label(stack):
 
 
 def plan(targets):
-    """The checks to run: ``targets`` maps a host to ``{stack, repository}`` (stack: its resolved stack).
+    """The checks to run: ``targets`` maps a host to ``{stack, repository, os_repositories_enabled,
+    epel_release_url}`` (stack: its resolved stack; the last two the host's nvidia_stack_os_repositories_enabled,
+    true when absent, and nvidia_stack_epel_release_url, empty when absent).
 
     Returns a list of checks, one per (operating system, repository, distinct stack), sorted by group, each
     ``{number, group, os_id, package_manager, repository, node, group_hosts, hosts, label, matrix_release,
-    kernel_modules, fabricmanager, request, index}`` (``number``: its place in the list):
-    ``node`` is the first host (by name) of the group and reads every check of its group; ``hosts`` are
-    the hosts that asked for this stack; ``request`` and ``index`` are gpu_stack_facts' ``requested`` and
-    ``index`` options (the newest release of a requested branch, ``upgrade: true``).
+    kernel_modules, fabricmanager, request, index, os_repositories_disabled, epel_release_url}`` (``number``: its
+    place in the list): ``node`` is the first host (by name) of the group and reads every check of its group;
+    ``hosts`` are the hosts that asked for this stack; ``request`` and ``index`` are gpu_stack_facts' ``requested``
+    and ``index`` options (the newest release of a requested branch, ``upgrade: true``; the group's first check
+    also ``os_id``, so its read says which OS repositories the node lacks); ``os_repositories_disabled`` are the
+    group's hosts with nvidia_stack_os_repositories_enabled false, ``epel_release_url`` the node's.
     """
     groups = {}
     for host in sorted(targets):
@@ -95,13 +132,22 @@ def plan(targets):
         if not stack.get("packages"):
             continue
         key = (stack.get("os_id"), stack.get("package_manager"), _norm(target.get("repository")))
-        group = groups.setdefault(key, {"repository": target.get("repository"), "hosts": [], "stacks": {}})
+        group = groups.setdefault(
+            key, {"repository": target.get("repository"), "hosts": [], "stacks": {}, "disabled": [], "epel": None}
+        )
         group["hosts"].append(host)
+        if target.get("os_repositories_enabled", True) is False:
+            group["disabled"].append(host)
+        if len(group["hosts"]) == 1:
+            group["epel"] = target.get("epel_release_url") or ""
         group["stacks"].setdefault(_stack_key(stack), {"stack": stack, "hosts": []})["hosts"].append(host)
     checks = []
     for (os_id, manager, _url), group in sorted(groups.items(), key=lambda item: tuple(str(p) for p in item[0])):
-        for entry in sorted(group["stacks"].values(), key=lambda e: e["hosts"][0]):
+        for n, entry in enumerate(sorted(group["stacks"].values(), key=lambda e: e["hosts"][0])):
             stack = entry["stack"]
+            index = {"driver": dict(stack.get("driver_request") or {}, upgrade=True), "pins": stack.get("pins") or []}
+            if n == 0 and os_id:
+                index["os_id"] = os_id  # one read of the OS repositories per group
             checks.append(
                 {
                     "number": len(checks),
@@ -117,10 +163,9 @@ def plan(targets):
                     "kernel_modules": stack.get("kernel_modules"),
                     "fabricmanager": bool(stack.get("fabricmanager")),
                     "request": stack["packages"],
-                    "index": {
-                        "driver": dict(stack.get("driver_request") or {}, upgrade=True),
-                        "pins": stack.get("pins") or [],
-                    },
+                    "index": index,
+                    "os_repositories_disabled": group["disabled"],
+                    "epel_release_url": group["epel"],
                 }
             )
     return checks
@@ -135,12 +180,79 @@ def _installed_driver(check, packages):
     return None
 
 
+def _os_repository_note(entry, epel_release_url):
+    """What site.yml adds or enables for one entry of ``os_repositories.missing``, and what the mirror must carry."""
+    name = OS_REPOSITORY_NAMES.get(entry["id"], entry["id"])
+    if entry["kind"] == "apt":
+        return "site.yml adds %s beside %s (%s): the mirror must carry %s" % (
+            name,
+            ", ".join(entry.get("uris") or []),
+            ", ".join(entry.get("suites") or []),
+            ", ".join(entry.get("components") or ["contrib"]),
+        )
+    if entry["kind"] == "dnf_repo":
+        major = entry.get("major")
+        if epel_release_url:
+            return (
+                "site.yml adds EPEL (dkms for kmod-nvidia-*-dkms) with the epel-release package from %s "
+                "(nvidia_stack_epel_release_url): the mirror must carry EPEL %s, and the package's repository file "
+                "must point to it" % (epel_release_url, major)
+            )
+        return (
+            "site.yml adds EPEL (dkms for kmod-nvidia-*-dkms) with Fedora's epel-release package (%s): an air-gapped "
+            "node needs nvidia_stack_epel_release_url set to the mirror's copy, whose repository file points to the "
+            "mirror, and the mirror must carry EPEL %s" % (EPEL_RELEASE_URL % major, major)
+        )
+    command = ENABLE_COMMANDS.get(entry.get("tool"), ENABLE_COMMANDS["dnf"])
+    return "site.yml enables the disabled repository %s (%s) with '%s %s': the mirror it points to must carry it" % (
+        entry.get("repo_id"),
+        name,
+        command,
+        entry.get("repo_id"),
+    )
+
+
+def os_repository_findings(check, os_repositories_read):
+    """``(notes, problems)`` for a read's ``index.os_repositories`` (gpu_stack_facts), as this module's docstring
+    decides; None (the check did not ask, or an older module) gives nothing."""
+    notes, problems = [], []
+    disabled = list(check.get("os_repositories_disabled") or [])
+    enabled = [host for host in check.get("group_hosts") or [] if host not in disabled]
+    for entry in (os_repositories_read or {}).get("missing") or []:
+        message = entry.get("message") or os_repositories.describe(entry)
+        configure = OS_REPOSITORY_CONFIGURE.get(entry["id"], "it")
+        if entry["kind"] == "absent":
+            problems.append(
+                "%s lacks what NVIDIA's packages depend on, and site.yml cannot add it (%s): configure %s on the "
+                "group's nodes and check again" % (check["node"], message, configure)
+            )
+            continue
+        if disabled:
+            if entry["kind"] == "dnf_enable":
+                fix = "enable %s" % entry["repo_id"]
+            elif entry["kind"] == "apt":
+                fix = "add the component contrib to the entries of %s" % ", ".join(entry.get("uris") or [])
+            else:
+                fix = "configure %s" % configure
+            problems.append(
+                "%s lacks what NVIDIA's packages depend on (%s), and site.yml will not add it: "
+                "nvidia_stack_os_repositories_enabled is false for %s; %s on those nodes, or set "
+                "nvidia_stack_os_repositories_enabled: true" % (check["node"], message, ", ".join(disabled), fix)
+            )
+        if enabled:
+            note = _os_repository_note(entry, check.get("epel_release_url"))
+            notes.append(("for %s: %s" % (", ".join(enabled), note)) if disabled else note)
+    return notes, problems
+
+
 def finding(check, read, sources):
     """What one check found.
 
     ``read`` is the node's ``gpu_stack`` fact from gpu_stack_facts (with ``index``), or a failure message
     (str) when the read failed; ``sources`` the node's :func:`parse_apt_policy_sources` list, or None where
     it was not read (dnf nodes: a repository that is not configured shows as packages the index lacks).
+    The OS repositories the read reports (``index.os_repositories``) add notes and problems as this module's
+    docstring says (:func:`os_repository_findings`).
     Returns ``{check, driver_version, packages, repositories, problems, notes}``.
     """
     result = {"check": check, "driver_version": None, "packages": [], "repositories": [], "problems": [], "notes": []}
@@ -187,6 +299,9 @@ def finding(check, read, sources):
             "%s runs %s: site.yml keeps a running release of the branch, rolling_upgrade.yml moves to %s"
             % (check["node"], running, chosen)
         )
+    notes, problems = os_repository_findings(check, index.get("os_repositories"))
+    result["notes"].extend(notes)
+    result["problems"].extend(problems)
     return result
 
 
