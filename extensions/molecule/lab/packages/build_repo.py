@@ -43,9 +43,22 @@ WRONG_KEY_UID = "gpuops lab WRONG key <wrong@gpuops.invalid>"
 BUILD_EPOCH = "1764547200"
 
 # A stand-in daemon: writes a ready file while it runs, removes it when stopped.
+# Lab hook: while /run/gpuops-lab/fail-start/<unit> exists, every start of the unit fails (exit 1) with the
+# file's text, or the daemon's own failure (``start_failure``), on stderr (the unit's journal). The unit runs
+# the script with ``start-hook`` as ExecStartPre, so `systemctl start` fails as it does for the real
+# nvidia-persistenced (Type=forking: the start waits for its initialization), where a Type=simple start
+# would return before the daemon could fail. /run is a tmpfs: a reboot of the node (a restart of its
+# container) removes the flag.
 DAEMON = """#!/bin/sh
 # gpuops lab stand-in for {name} (does nothing but stay up).
 set -e
+fail=/run/gpuops-lab/fail-start/{unit}
+if [ -e "$fail" ]; then
+    if [ -s "$fail" ]; then cat "$fail" >&2; else echo "{start_failure}" >&2; fi
+    echo "{name}: gpuops lab: failing while $fail exists (a reboot removes it)" >&2
+    exit 1
+fi
+if [ "$1" = start-hook ]; then exit 0; fi
 {precheck}
 mkdir -p /run/gpuops-lab
 ready=/run/gpuops-lab/{ready}
@@ -70,6 +83,8 @@ Description={description}
 {after}
 [Service]
 Type=simple
+# The lab hook (DAEMON): a start fails while /run/gpuops-lab/fail-start/<this unit> exists.
+ExecStartPre={exec_start} start-hook
 ExecStart={exec_start}
 # The daemon removes its ready file on SIGTERM; a stop that times out kills it first, so the
 # ready file (what the simulated nvidia-smi reads) also goes after every stop.
@@ -165,8 +180,13 @@ def write(path: Path, text: str, mode: int = 0o644) -> None:
 
 
 def add_service(staging: Path, unit: str, description: str, daemon: dict, after: str = "") -> None:
-    """A stand-in daemon (``daemon``: DAEMON's name, version, ready and precheck) and its systemd unit."""
-    write(staging / "usr/lib/gpuops-lab" / unit.replace(".service", ""), DAEMON.format(**daemon), 0o755)
+    """A stand-in daemon and its systemd unit.
+
+    ``daemon``: DAEMON's name, version, ready and precheck, and optionally ``start_failure``: what the
+    daemon says when the lab hook fails its start (default: a generic line).
+    """
+    values = {"start_failure": f"{daemon['name']}: failed to start", **daemon, "unit": unit.removesuffix(".service")}
+    write(staging / "usr/lib/gpuops-lab" / unit.replace(".service", ""), DAEMON.format(**values), 0o755)
     exec_start = "/usr/lib/gpuops-lab/" + unit.replace(".service", "")
     write(
         staging / "lib/systemd/system" / unit,
@@ -199,6 +219,11 @@ def stage_contents(staging: Path, package: dict) -> None:
                 "version": driver,
                 "ready": "persistenced-ready",
                 "precheck": precheck,
+                # What the real daemon logs when nvidia-modprobe cannot load the module (nouveau holds the GPUs).
+                "start_failure": (
+                    "nvidia-persistenced failed to initialize: the NVIDIA kernel module could not be loaded"
+                    " (another driver, such as nouveau, may be bound to the GPUs). Check syslog for more details."
+                ),
             }
             add_service(staging, "nvidia-persistenced.service", "NVIDIA Persistence Daemon (gpuops lab)", daemon)
         elif content == "fabricmanager":

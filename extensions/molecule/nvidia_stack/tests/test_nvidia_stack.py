@@ -5,8 +5,9 @@ the ubuntu2204 repository layout) on 580.65.06-0ubuntu1; side_effect.yml then mo
 ``lab_upgrade_stack`` (ns-h100: the R580 branch; ns-ubuntu: the R580 branch's newest release in its
 repository, 580.126.20-1ubuntu1; the others: 550.127.08). The side effect leaves snapshots of the installed
 NVIDIA packages in /var/lib/gpuops-test/ (converged, after-upgrades, after-wrong-key, after-refused,
-after-partial-mirror, upgraded) and the role's report with the resolved stack (upgrade-report.json); every
-ansible-playbook run's remote module executions per host are in lab-runs.jsonl in the ephemeral directory.
+after-partial-mirror, upgraded) and the role's report with the resolved stack (upgrade-report.json); on ns-l40s,
+whose last move ran while nvidia-persistenced could not start, what that run did (persistenced-failure.json);
+every ansible-playbook run's remote module executions per host are in lab-runs.jsonl in the ephemeral directory.
 """
 
 from __future__ import annotations
@@ -239,6 +240,33 @@ def test_loaded_module_is_the_installed_driver_after_the_reboot(host, report):
     assert report["report"]["rebooted"] is True
     assert report["report"]["reboot_required"] is False
     assert report["report"]["reboot_reasons"] == []
+
+
+def test_persistenced_that_cannot_start_is_loaded_by_the_reboot(host):
+    """side_effect.yml stopped nvidia-persistenced on ns-l40s and made its starts fail until the next reboot (the
+    lab hook /run/gpuops-lab/fail-start/nvidia-persistenced, as when nouveau holds the GPUs on a first install),
+    then moved the node 550.127.05 -> 550.127.08: the role's start failed and its rescue took it, the node
+    rebooted, and the run ends with nvidia-persistenced running and no reboot asked for."""
+    if name_of(host) != "ns-l40s":
+        pytest.skip("the failing nvidia-persistenced is ns-l40s's, before its last move")
+    record = json.loads(host.file(f"{STATE}/persistenced-failure.json").content_string)
+    # the hook: a start failed before the run, with what the real daemon says
+    assert "Unable to start service nvidia-persistenced" in record["hook"]["start"]
+    assert "nvidia-persistenced failed to initialize" in record["hook"]["journal"]
+    # the run (it passed: side_effect.yml checks its exit status) failed to start nvidia-persistenced and rescued it
+    assert record["run"]["rescued"] == [1], record["run"]
+    assert len(record["run"]["failures"]) == 1, record["run"]
+    assert "Unable to start service nvidia-persistenced" in " ".join(record["run"]["failures"][0].split())
+    # the node rebooted in that run: another PID 1, the flag on /run gone, and the role says so
+    assert record["boot"]["after"] != record["boot"]["before"]
+    assert record["flag_after_run"] is False
+    report = record["report"]
+    assert report["rebooted"] is True
+    assert record["persistenced_after_run"] == "active"
+    assert report["driver_version"] == "550.127.08"
+    assert report["reboot_required"] is False
+    assert "driver_not_loadable" not in report["reboot_reasons"]
+    assert report["reboot_reasons"] == []
 
 
 def test_persistenced_runs(host):
