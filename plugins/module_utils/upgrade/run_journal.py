@@ -91,10 +91,11 @@ def replay(entries) -> dict:
     """Where a run stood at the end of its journal.
 
     Returns ``{run_id, target, started_at, ended_at, resumed_from, in_flight, failed, done,
-    deferred, passed, halted, refreshes, drained_ahead, timeline, events}``: ``in_flight`` the nodes admitted and
-    never released (mid-upgrade when the journal stops), in admission order; ``failed`` those
+    deferred, passed, halted, refreshes, drained_ahead, ahead_spans, timeline, events}``: ``in_flight`` the nodes
+    admitted and never released (mid-upgrade when the journal stops), in admission order; ``failed`` those
     released not ok (left out of service); ``done`` those back upgraded; ``drained_ahead`` those drained
-    ahead of their slot and neither admitted nor given back when it stops; ``timeline``
+    ahead of their slot and neither admitted nor given back when it stops; ``ahead_spans``
+    ``(node, drained_at, admitted_or_given_back_at or None)``, each time a node was drained ahead; ``timeline``
     ``(node, admitted_at, released_at or None)``; ``events`` the count of each kind.
     """
     state = {
@@ -114,6 +115,7 @@ def replay(entries) -> dict:
     released: dict = {}
     ahead: dict = {}
     spans = []
+    ahead_spans = []
     for item in entries:
         kind = item.get("event")
         state["events"][kind] = state["events"].get(kind, 0) + 1
@@ -130,16 +132,14 @@ def replay(entries) -> dict:
                 }
             )
         elif kind == "admit":
-            ahead.pop(node, None)
+            if ahead.pop(node, None) is not None:
+                _close(ahead_spans, node, at)
             admitted[node] = at
             released.pop(node, None)
             spans.append([node, at, None])
         elif kind == "release":
             released[node] = {"at": at, "ok": bool(item.get("ok")), "deferred": bool(item.get("deferred"))}
-            for span in reversed(spans):
-                if span[0] == node and span[2] is None:
-                    span[2] = at
-                    break
+            _close(spans, node, at)
             if item.get("deferred"):
                 state["deferred"][node] = item.get("why") or "its jobs outlasted max_job_wait"
         elif kind == "defer":
@@ -152,16 +152,27 @@ def replay(entries) -> dict:
             state["refreshes"].append({key: value for key, value in item.items() if key != "event"})
         elif kind == "drain_ahead" and item.get("ok"):
             ahead[node] = at
+            ahead_spans.append([node, at, None])
         elif kind == "undrain":
-            ahead.pop(node, None)
+            if ahead.pop(node, None) is not None:
+                _close(ahead_spans, node, at)
         elif kind == "end":
             state["ended_at"] = at
     state["in_flight"] = sorted((name for name in admitted if name not in released), key=admitted.__getitem__)
     state["failed"] = sorted(name for name, release in released.items() if not release["ok"])
     state["done"] = sorted(name for name, release in released.items() if release["ok"] and not release["deferred"])
     state["drained_ahead"] = sorted(ahead, key=ahead.__getitem__)
+    state["ahead_spans"] = [tuple(span) for span in ahead_spans]
     state["timeline"] = [tuple(span) for span in spans]
     return state
+
+
+def _close(spans: list, node: str, at):
+    """Ends the open span of ``node`` (the newest) at ``at``."""
+    for span in reversed(spans):
+        if span[0] == node and span[2] is None:
+            span[2] = at
+            return
 
 
 def to_resume(replayed: dict) -> list[str]:

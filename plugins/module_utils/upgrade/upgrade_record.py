@@ -300,11 +300,24 @@ def report(
         timeline = [
             (node, float(start), float(end)) for node, start, end in journal.get("timeline") or [] if end is not None
         ]
-    window_report = {"timeline": [list(entry) for entry in timeline], "violations": [], "makespan": None}
+    # nodes drained ahead of their slot (journal only): from the drain until admitted or given back; one still
+    # drained when the journal ends counts to its end
+    ahead = [
+        (node, float(start), float(end if end is not None else journal.get("ended_at") or start))
+        for node, start, end in (journal or {}).get("ahead_spans") or []
+    ]
+    window_report = {
+        "timeline": [list(entry) for entry in timeline],
+        "drained_ahead": [list(entry) for entry in (journal or {}).get("ahead_spans") or []],
+        "violations": [],
+        "makespan": None,
+    }
     if timeline:
         window_report["makespan"] = round(max(end for _h, _s, end in timeline) - min(s for _h, s, _e in timeline), 3)
-    if window and timeline:
-        window_report["violations"] = window_plan.check(timeline, window.get("nodes") or [], window.get("settings"))
+    if window and (timeline or ahead):
+        window_report["violations"] = window_plan.check(
+            timeline, window.get("nodes") or [], window.get("settings"), ahead=ahead
+        )
     refreshes = refresh_summary(
         journal.get("refreshes")
         if journal

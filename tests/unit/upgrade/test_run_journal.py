@@ -40,6 +40,22 @@ def test_replay_finds_the_nodes_left_mid_upgrade():
     assert state["events"] == {"start": 1, "admit": 3, "release": 1, "refresh": 1, "defer": 1}
 
 
+def test_replay_spans_each_drain_ahead_until_admitted_or_given_back():
+    entries = [
+        *crashed_run(),
+        entry("drain_ahead", 154, node="d", ok=True, job_end=900),
+        entry("drain_ahead", 155, node="e", ok=False, why="scontrol refused"),
+        entry("admit", 170, node="d", canary=False, resume=False),
+        entry("drain_ahead", 171, node="e", ok=True, job_end=950),
+        entry("undrain", 180, node="e", ok=True),
+        entry("drain_ahead", 190, node="f", ok=True, job_end=990),
+    ]
+    state = replay(entries)
+    # a refused drain is no span; the one still drained when the journal stops stays open
+    assert state["ahead_spans"] == [("d", 154, 170), ("e", 171, 180), ("f", 190, None)]
+    assert state["drained_ahead"] == ["f"]
+
+
 def test_a_failed_node_is_resumed_and_a_halt_is_kept():
     entries = [
         *crashed_run(),

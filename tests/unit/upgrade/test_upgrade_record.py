@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgrade_record
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import run_journal, upgrade_record
 
 OLD = {
     "driver_version": "550.127.05",
@@ -270,6 +270,56 @@ def test_report_lists_what_broke_a_rule_of_the_window():
     slots = {"a": {"admitted_at": 100.0, "released_at": 120.0}, "b": {"admitted_at": 110.0, "released_at": 130.0}}
     audit = upgrade_record.report("r1", PLAN, records, T0, T1, window=WINDOW, slots=slots)
     assert [violation["rule"] for violation in audit["window"]["violations"]] == ["per_domain"]
+
+
+FLOOR_WINDOW = {
+    "nodes": [{"name": name, "gpus": 8, "partitions": ["gpu"]} for name in ("a", "b", "c", "d")],
+    "settings": {"max_unavailable": 2, "drain_ahead": 1, "partition_floor": 0.5},
+}
+
+
+def journal_of(*entries) -> dict:
+    return run_journal.replay(
+        [run_journal.entry("start", 90, run_id="r1", target="t", resumed_from=None, resumed=[]), *entries]
+    )
+
+
+def test_report_shows_the_drains_ahead_and_checks_them_against_the_floor():
+    plan = {"order": ["a", "b", "c", "d"], "canary": ["a"]}
+    records = [{"host": name, "status": "upgraded"} for name in ("a", "b", "c", "d")]
+    entry = run_journal.entry
+    within = journal_of(
+        entry("admit", 100, node="a", canary=True, resume=False),
+        entry("release", 110, node="a", ok=True, deferred=False, halt=False),
+        entry("admit", 110, node="b", canary=False, resume=False),
+        entry("drain_ahead", 110, node="c", ok=True, job_end=400),
+        entry("release", 130, node="b", ok=True, deferred=False, halt=False),
+        entry("admit", 140, node="c", canary=False, resume=False),
+        entry("release", 160, node="c", ok=True, deferred=False, halt=False),
+        entry("end", 161),
+    )
+    audit = upgrade_record.report("r1", plan, records, T0, T1, window=FLOOR_WINDOW, journal=within)
+    assert audit["window"]["drained_ahead"] == [["c", 110, 140]]
+    assert audit["window"]["violations"] == []
+    # a second drain ahead while b and c are out: three of four nodes unschedulable, two drained ahead
+    beyond = journal_of(
+        entry("admit", 100, node="a", canary=True, resume=False),
+        entry("release", 110, node="a", ok=True, deferred=False, halt=False),
+        entry("admit", 110, node="b", canary=False, resume=False),
+        entry("drain_ahead", 110, node="c", ok=True, job_end=400),
+        entry("drain_ahead", 115, node="d", ok=True, job_end=500),
+        entry("undrain", 120, node="d", ok=True),
+        entry("release", 130, node="b", ok=True, deferred=False, halt=False),
+        entry("admit", 140, node="c", canary=False, resume=False),
+        entry("release", 160, node="c", ok=True, deferred=False, halt=False),
+        entry("end", 161),
+    )
+    audit = upgrade_record.report("r1", plan, records, T0, T1, window=FLOOR_WINDOW, journal=beyond)
+    assert audit["window"]["drained_ahead"] == [["c", 110, 140], ["d", 115, 120]]
+    assert sorted(violation["rule"] for violation in audit["window"]["violations"]) == [
+        "drain_ahead",
+        "partition_floor",
+    ]
 
 
 KUBERNETES = Path(__file__).resolve().parents[2] / "fixtures" / "kubernetes"
