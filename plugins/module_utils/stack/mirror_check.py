@@ -49,9 +49,6 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_versio
 
 # The parts of a resolved stack (stack_resolver.resolve) that decide what a repository is asked.
 STACK_KEYS = ("packages", "pins", "driver_request", "kernel_modules", "fabricmanager")
-# The epel-release package the nvidia_stack role installs when nvidia_stack_epel_release_url is empty
-# (roles/nvidia_stack/tasks/os_repositories.yml); %s is the RHEL major release.
-EPEL_RELEASE_URL = "https://dl.fedoraproject.org/pub/epel/epel-release-latest-%s.noarch.rpm"
 # An OS repository (os_repositories.missing's id) in a note, and what a node needs where site.yml cannot add it.
 OS_REPOSITORY_NAMES = {"contrib": "Debian's contrib component", "epel": "EPEL", "crb": "CRB"}
 OS_REPOSITORY_CONFIGURE = {
@@ -201,7 +198,7 @@ def _os_repository_note(entry, epel_release_url):
         return (
             "site.yml adds EPEL (dkms for kmod-nvidia-*-dkms) with Fedora's epel-release package (%s): an air-gapped "
             "node needs nvidia_stack_epel_release_url set to the mirror's copy, whose repository file points to the "
-            "mirror, and the mirror must carry EPEL %s" % (EPEL_RELEASE_URL % major, major)
+            "mirror, and the mirror must carry EPEL %s" % (entry["release_url"], major)
         )
     command = ENABLE_COMMANDS.get(entry.get("tool"), ENABLE_COMMANDS["dnf"])
     return "site.yml enables the disabled repository %s (%s) with '%s %s': the mirror it points to must carry it" % (

@@ -40,6 +40,9 @@ DEBIAN_ARCHIVE_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 # powertools (8), codeready-builder-for-rhel-<major>-<arch>-rpms (RHEL); not their debug, source, EUS or cloud ones.
 CRB_ID = re.compile(r"crb|powertools|codeready", re.I)
 CRB_OTHER = re.compile(r"debug|source|eus|virt|rhui", re.I)
+# Fedora's epel-release package (EPEL's repository file and key) for a RHEL major release, which the nvidia_stack
+# role installs where nvidia_stack_epel_release_url names no mirror's copy (the source is cited above).
+EPEL_RELEASE_URL = "https://dl.fedoraproject.org/pub/epel/epel-release-latest-%s.noarch.rpm"
 # EPEL's main repository; not its testing, debug or source repositories.
 EPEL_ID = re.compile(r"^epel(-\d+)?(-[a-z0-9_]+)?$", re.I)
 EPEL_OTHER = re.compile(r"(testing|debug|source|next|cisco)", re.I)
@@ -202,7 +205,16 @@ def _rhel(repos: dict[str, bool], major: str, arch: str) -> list[dict]:
         if epel:
             found.append({"id": "epel", "kind": "dnf_enable", "repo_id": sorted(epel)[0], "tool": "dnf"})
         else:
-            found.append({"id": "epel", "kind": "dnf_repo", "name": "epel", "major": major, "arch": arch})
+            found.append(
+                {
+                    "id": "epel",
+                    "kind": "dnf_repo",
+                    "name": "epel",
+                    "major": major,
+                    "arch": arch,
+                    "release_url": EPEL_RELEASE_URL % major,
+                }
+            )
     crb = sorted(rid for rid in repos if CRB_ID.search(rid) and not CRB_OTHER.search(rid))
     if not any(repos[rid] for rid in crb):
         if crb:

@@ -183,7 +183,14 @@ def test_repo_files_give_each_id_and_whether_it_is_enabled():
 def test_rocky_with_crb_off_and_no_epel_gets_epel_added_and_crb_enabled_with_dnf():
     repos = os_repositories.parse_repo_files([rocky(False)])
     assert os_repositories.missing("rhel9", repos=repos) == [
-        {"id": "epel", "kind": "dnf_repo", "name": "epel", "major": "9", "arch": "x86_64"},
+        {
+            "id": "epel",
+            "kind": "dnf_repo",
+            "name": "epel",
+            "major": "9",
+            "arch": "x86_64",
+            "release_url": "https://dl.fedoraproject.org/pub/epel/epel-release-latest-9.noarch.rpm",
+        },
         {"id": "crb", "kind": "dnf_enable", "repo_id": "crb", "tool": "dnf"},
     ]
 
