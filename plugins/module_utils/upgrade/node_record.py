@@ -22,7 +22,7 @@ naming the event, the record's status and what is allowed.
 event              allowed from                                  status after
 =================  ============================================  =================================
 start              no record (None or {})                        in_progress, blocked, deferred,
-                                                                 not_reached
+                                                                 unavailable, reserved, not_reached
 drain_started      in_progress                                   in_progress
 drained            in_progress                                   in_progress, deferred
 upgraded           in_progress                                   in_progress
@@ -36,7 +36,9 @@ finished           any status                                    unchanged
 =================  ============================================  =================================
 
 A node the window did not admit because its job does not end within ``max_job_wait``
-starts ``deferred`` (its slot reason starts with ``deferred``). A drained node whose jobs
+starts ``deferred`` (its slot reason starts with ``deferred``); one drained or downed by someone
+else during the run starts ``unavailable``, one put into a reservation not ours ``reserved``
+(left alone, as the plan leaves such nodes). A drained node whose jobs
 outlast the drain's wait (``max_job_wait``) is ``deferred`` too: the playbook returns it to
 service (never left drained, idle, not upgraded), and ``halt`` follows ``on_drain_timeout``
 (``continue`` by default). Its reason names the job's end Slurm gave (``job_end``) when known.
@@ -77,6 +79,8 @@ OTHER_OWNER_KEPT = "; drain of its other owner kept"
 FINAL_STATUSES = frozenset(STATUSES) - {"in_progress", "failed"}
 
 # event: (statuses it is allowed from (None: no record yet), data it requires, data it accepts besides)
+# What a node the window did not admit is, by the first word of the window's reason (else not_reached).
+NOT_ADMITTED_STATUSES = ("blocked", "deferred", "unavailable", "reserved")
 EVENTS = {
     "start": (
         (None,),
@@ -260,12 +264,12 @@ def _start(
         raise ValueError(
             "event 'start' of a node the window did not admit needs slot_reason (why not), got %r" % (slot_reason,)
         )
-    if slot_reason.startswith("blocked"):
-        status = "blocked"
-    elif slot_reason.startswith("deferred"):
-        status = "deferred"
-    else:
-        status = "not_reached"
+    # the window's reason says why: a rule, its job, someone else took it out of service or into a reservation
+    # during the run (it is left alone), else the run halted first
+    status = next(
+        (status for status in NOT_ADMITTED_STATUSES if slot_reason.startswith(status)),
+        "not_reached",
+    )
     record.update(
         status=status,
         reason=str(slot_reason),

@@ -209,6 +209,8 @@ def test_start_admitted():
         ("blocked", "blocked"),
         ("the run halted before the window admitted it", "not_reached"),
         ("not blocked by a rule: the run halted", "not_reached"),
+        ("unavailable: left alone: drained by someone else (LAB-43): not touched; seen during the run", "unavailable"),
+        ("reserved: left alone: in a Slurm reservation that is not ours; seen during the run", "reserved"),
     ],
 )
 def test_start_not_admitted_is_blocked_or_not_reached(slot_reason, status):
@@ -731,6 +733,21 @@ def test_failed_paths_go_into_the_report():
     assert audit["nodes"][1]["durations"] == {"drain": 10.0, "upgrade": None, "gate": None, "total": 11.0}
     assert audit["nodes"][2]["durations"]["total"] == 0.0
     assert upgrade_record.summary_lines(audit)
+
+
+def test_a_node_taken_out_by_someone_else_during_the_run_leaves_the_run_partial():
+    upgraded = node_record.step(with_status("upgraded"), "finished", T + 300)
+    gone = start(
+        host="gpu2",
+        admitted=False,
+        slot_reason="unavailable: left alone: drained by someone else (LAB-43): not touched; seen during the run",
+    )
+    plan = {"order": ["gpu1", "gpu2"], "canary": ["gpu1"]}
+    audit = upgrade_record.report("r1", plan, [upgraded, gone], "t0", "t1")
+    # not "completed": the node is not on the target, and not "not reached" by a halt: the run went on
+    assert audit["result"] == "partial"
+    assert audit["halted_by"] is None
+    assert audit["not_upgraded"] == [{"host": "gpu2", "status": "unavailable", "reason": gone["reason"]}]
 
 
 # purity and robustness -----------------------------------------------------------------------
