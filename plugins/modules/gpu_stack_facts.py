@@ -16,7 +16,7 @@ description:
     NVSwitch presence, drift flags and whether a reboot is needed.
   - Runs at most five commands; one package query for all names (C(dpkg-query) or C(rpm -q)), one index query
     with O(index), one C(nvidia-smi --query-gpu), one C(lspci -n -d 10de:) (none when O(nvswitch) is set) and one
-    C(systemctl show) for O(services).
+    C(systemctl show) for O(services) and O(wanted_services).
   - Never changes the node.
 author:
   - gpuops.cluster maintainers (@gpuops)
@@ -80,8 +80,15 @@ options:
     description:
       - systemd services to report as C(services.<name>.active) and C(services.<name>.enabled), read with one
         C(systemctl show) call (none when the list is empty or the node has no systemctl).
-      - The nvidia_stack role starts a service only when it is not already running and enabled, or when the stack
-        changed.
+    type: list
+    elements: str
+    default: []
+  wanted_services:
+    description:
+      - The systemd services the stack runs (the nvidia_stack role passes C(nvidia-persistenced),
+        C(nvidia-fabricmanager) and C(nvidia-dcgm) per its switches). Read with O(services), in the same call.
+      - C(plan.start) lists those to (re)start - every one when packages move, otherwise those not already active
+        and enabled.
     type: list
     elements: str
     default: []
@@ -238,7 +245,9 @@ ansible_facts:
           type: dict
           returned: always
         services:
-          description: Per service of O(services), whether it is C(active) and C(enabled); empty without systemctl.
+          description:
+            - Per service of O(services) and O(wanted_services), whether it is C(active) and C(enabled); empty
+              without systemctl.
           type: dict
           returned: always
           sample: {"nvidia-fabricmanager": {"active": true, "enabled": true}}
@@ -266,6 +275,39 @@ ansible_facts:
           type: bool
           returned: always
           sample: false
+        plan:
+          description:
+            - What a pass of the nvidia_stack role does on the node, decided from this read
+              (plugins/module_utils/stack/stack_plan.py).
+          type: dict
+          returned: always
+          contains:
+            move:
+              description: The requested packages whose installed version differs, to be moved.
+              type: list
+              elements: str
+              returned: always
+              sample: ["nvidia-driver-580"]
+            reboot_reasons:
+              description: Why the loaded kernel module is not the installed driver (as C(drift.reboot_reasons)).
+              type: list
+              elements: str
+              returned: always
+              sample: ["loaded_differs_from_installed"]
+            start:
+              description:
+                - The O(wanted_services) to (re)start - every one when C(move) is not empty, otherwise those not
+                  both active and enabled.
+              type: list
+              elements: str
+              returned: always
+              sample: ["nvidia-dcgm"]
+            load:
+              description: Whether anything is to be done after the packages and pins (C(move), C(reboot_reasons) or
+                C(start) not empty).
+              type: bool
+              returned: always
+              sample: false
 """
 
 import os
@@ -279,6 +321,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
     package_index,
     rpm_versionlock,
     stack_facts,
+    stack_plan,
 )
 
 
@@ -487,6 +530,7 @@ def main():
             "kernel_modules": {"type": "str", "choices": ["open", "proprietary"]},
             "nvswitch_pci_ids": {"type": "list", "elements": "str", "default": ["1af1", "22a3"]},
             "services": {"type": "list", "elements": "str", "default": []},
+            "wanted_services": {"type": "list", "elements": "str", "default": []},
             "preferences_path": {"type": "path", "default": "/etc/apt/preferences.d/gpuops-nvidia.pref"},
             "unattended_upgrades_path": {
                 "type": "path",
@@ -567,16 +611,19 @@ def main():
         loaded_flavor=loaded["flavor"] if loaded else None,
         kernel_modules=params["kernel_modules"],
     )
+    switches = nvswitch(module)
+    service_states = services(module, list(dict.fromkeys(params["services"] + params["wanted_services"])))
     facts = {
         "package_manager": manager,
         "packages": packages,
         "loaded": loaded,
         "nvml": nvml_facts,
         "gpu_models": sorted({gpu["name"] for gpu in (nvml_facts or {}).get("gpus", [])}),
-        "nvswitch": nvswitch(module),
-        "services": services(module, params["services"]),
+        "nvswitch": switches,
+        "services": service_states,
         "drift": drift,
         "reboot_required": drift["reboot_required"],
+        "plan": stack_plan.plan(drift, service_states, params["wanted_services"]),
     }
     if index is not None:
         facts["index"] = index

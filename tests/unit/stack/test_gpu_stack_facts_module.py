@@ -276,3 +276,50 @@ def test_a_rocky_node_reads_its_repo_files(run_module, node, files, tmp_path):
     args = dict(files, requested=requested, index=dict(INDEX, os_id="rhel9", repos_dir=str(repos)))
     facts = facts_of(run_module(gpu_stack_facts.main, args))
     assert [entry["id"] for entry in facts["index"]["os_repositories"]["missing"]] == ["epel"]
+
+
+# ---------------------------------------------------------------- the plan (wanted_services)
+
+WANTED_SERVICES = ["nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm"]
+
+
+def test_the_plan_starts_the_wanted_services_not_running_from_the_same_systemctl_call(run_module, converged, files):
+    converged.binaries.add("systemctl")
+    converged.units = {
+        "nvidia-persistenced": ("active", "enabled"),
+        "nvidia-fabricmanager": ("failed", "enabled"),
+        "nvidia-dcgm": ("active", "enabled"),
+    }
+    args = dict(files, requested=REQUESTED, services=["nvidia-dcgm"], wanted_services=WANTED_SERVICES)
+    facts = facts_of(run_module(gpu_stack_facts.main, args))
+    assert facts["plan"] == {"move": [], "reboot_reasons": [], "start": ["nvidia-fabricmanager"], "load": True}
+    assert [call[4:] for call in converged.calls if call[0].endswith("systemctl")] == [
+        ["nvidia-dcgm", "nvidia-persistenced", "nvidia-fabricmanager"]
+    ]
+
+
+def test_a_converged_node_plans_nothing(run_module, converged, files):
+    converged.binaries.add("systemctl")
+    converged.units = {name: ("active", "enabled") for name in WANTED_SERVICES}
+    facts = facts_of(
+        run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED, wanted_services=WANTED_SERVICES))
+    )
+    assert facts["plan"] == {"move": [], "reboot_reasons": [], "start": [], "load": False}
+
+
+def test_the_plan_moves_what_differs_and_restarts_every_wanted_service(run_module, converged, files):
+    converged.binaries.add("systemctl")
+    converged.units = {name: ("active", "enabled") for name in WANTED_SERVICES}
+    converged.dpkg["nvidia-driver-550"] = ("550.90.07-1", "install ok installed")
+    facts = facts_of(
+        run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED, wanted_services=WANTED_SERVICES))
+    )
+    assert facts["plan"]["move"] == ["nvidia-driver-550"]
+    assert facts["plan"]["reboot_reasons"] == facts["drift"]["reboot_reasons"] == ["loaded_differs_from_installed"]
+    assert facts["plan"]["start"] == WANTED_SERVICES
+    assert facts["plan"]["load"] is True
+
+
+def test_without_wanted_services_the_plan_starts_none(run_module, converged, files):
+    facts = facts_of(run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED)))
+    assert facts["plan"] == {"move": [], "reboot_reasons": [], "start": [], "load": False}
