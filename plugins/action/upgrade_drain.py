@@ -22,8 +22,8 @@ ARGUMENT_SPEC = {
     "run_id": {"type": "str"},
     "reason_prefix": {"type": "str", "default": drain_adapter.DEFAULT_PREFIX},
     "reason": {"type": "str"},
-    "timeout": {"type": "int", "default": 3600},
-    "poll_interval": {"type": "int", "default": 10},
+    "timeout": {"type": "int", "default": drain_adapter.DEFAULT_TIMEOUT},
+    "poll_interval": {"type": "int", "default": drain_adapter.DEFAULT_POLL_INTERVAL},
     "kubeconfig": {"type": "raw"},
     "ours": {"type": "bool"},
 }

@@ -23,6 +23,10 @@ COLLECTION_PREFIX = "gpuops_"
 
 
 SPEC_KEYS = ("type", "elements", "choices", "min", "format")
+# A role whose variables were aliases of collection variables (rolling_upgrade_max_job_wait for
+# gpuops_upgrade_max_job_wait, gone since the role reads its settings in one value): such a name suggests
+# the collection variable.
+ALIAS_PREFIXES = {"rolling_upgrade_": "gpuops_upgrade_"}
 
 
 _PARSED: dict = {}
@@ -97,7 +101,15 @@ def unknown_variables(names, known: dict[str, set[str]]) -> list[dict[str, str |
         prefix = next((p for p in prefixes if name.startswith(p)), None)
         if prefix is None or name in known[prefix]:
             continue
-        close = difflib.get_close_matches(name, every_known, n=1, cutoff=0.75)
+        alias = next(
+            (
+                collection + name[len(role) :]
+                for role, collection in ALIAS_PREFIXES.items()
+                if name.startswith(role) and collection + name[len(role) :] in known.get(COLLECTION_PREFIX, ())
+            ),
+            None,
+        )
+        close = [alias] if alias else difflib.get_close_matches(name, every_known, n=1, cutoff=0.75)
         problems.append({"name": name, "suggestion": close[0] if close else None})
     return problems
 

@@ -155,7 +155,7 @@ REMOVED = {
         "as one is back), and gpuops_upgrade_barrier: true to keep waves of that size; then unset gpuops_upgrade_waves"
     ),
     "gpuops_upgrade_drain_timeout": (
-        "replaced in 0.3.0 by gpuops_upgrade_max_job_wait (seconds, default 3600): a busy node is drained only when "
+        "replaced in 0.3.0 by gpuops_upgrade_max_job_wait (seconds): a busy node is drained only when "
         "its job ends within that wait, and returned to service (deferred) when its jobs outlast it; set "
         "gpuops_upgrade_max_job_wait instead"
     ),

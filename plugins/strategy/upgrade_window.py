@@ -57,7 +57,12 @@ from ansible.executor.play_iterator import IteratingStates
 from ansible.playbook.task import Task
 from ansible.plugins.strategy.free import StrategyModule as FreeStrategyModule
 from ansible.template import Templar
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import fleet_refresh, run_journal, window_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
+    fleet_refresh,
+    run_journal,
+    upgrade_settings,
+    window_plan,
+)
 
 SLOT_ACTIONS = frozenset({"gpuops.cluster.upgrade_slot", "upgrade_slot"})
 # The host variable the strategy hands each host's slot record to the upgrade_slot action in.
@@ -444,7 +449,9 @@ class StrategyModule(FreeStrategyModule):
         options = refresh.get("options") or {}
         if not isinstance(options, dict):
             raise ValueError("refresh.options must be a dict of gpuops.cluster.slurm_fleet options, got %r" % options)
-        self._schedule = fleet_refresh.RefreshSchedule(refresh.get("interval", 60), now)
+        self._schedule = fleet_refresh.RefreshSchedule(
+            refresh.get("interval", upgrade_settings.DEFAULTS["refresh_interval"]), now
+        )
         self._refresh = dict(refresh, options=options)
 
     def _start_refresh(self, iterator, waiting_hosts) -> bool:
@@ -595,7 +602,7 @@ class StrategyModule(FreeStrategyModule):
         args = dict(
             ahead["options"],
             node=ahead["names"].get(host.name) or host.name,
-            reason_prefix=ahead.get("reason_prefix") or "gpuops-upgrade",
+            reason_prefix=ahead.get("reason_prefix") or upgrade_settings.DEFAULTS["reason_prefix"],
         )
         if action == "drain":
             args.update(state="drained", run_id=ahead["run_id"], reason=window_plan.DRAIN_AHEAD_REASON, wait=False)
@@ -642,7 +649,7 @@ class StrategyModule(FreeStrategyModule):
             )
         path = str(journal["path"])
         target = str(journal.get("target") or "")
-        wanted = journal.get("resume") or "auto"
+        wanted = journal.get("resume") or upgrade_settings.DEFAULTS["resume_journal"]
         resume.update(run_id=journal.get("run_id"), target=target)
         previous = None
         if wanted == "auto":

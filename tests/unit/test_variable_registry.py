@@ -80,3 +80,12 @@ def test_registry_is_parsed_once_per_file_version(tmp_path: Path):
     registry.write_text("gpuops_variables:\n  gpuops_stack: {}\n  gpuops_gpu: {}\n")
     os.utime(registry, ns=(registry.stat().st_atime_ns, registry.stat().st_mtime_ns + 1_000_000))
     assert variable_registry.load_known_variables(tmp_path)["gpuops_"] == first["gpuops_"] | {"gpuops_gpu"}
+
+
+def test_a_removed_alias_of_a_rolling_upgrade_setting_names_the_setting():
+    known = variable_registry.load_known_variables()
+    problems = variable_registry.unknown_variables(["rolling_upgrade_barrier", "rolling_upgrade_windw"], known)
+    assert problems == [
+        {"name": "rolling_upgrade_barrier", "suggestion": "gpuops_upgrade_barrier"},
+        {"name": "rolling_upgrade_windw", "suggestion": "rolling_upgrade_window"},
+    ]

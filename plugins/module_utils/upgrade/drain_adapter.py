@@ -27,6 +27,9 @@ SLURM_DRAIN = "gpuops.cluster.slurm_drain"
 K8S_INFO = "kubernetes.core.k8s_info"
 K8S_DRAIN = "kubernetes.core.k8s_drain"
 DEFAULT_PREFIX = "gpuops-upgrade"
+# upgrade_drain's own defaults (its documentation says the same; the rolling upgrade passes its run's values).
+DEFAULT_TIMEOUT = 3600
+DEFAULT_POLL_INTERVAL = 10
 DEFAULT_DRAIN_REASON = "upgrading the NVIDIA stack"
 DEFAULT_KEPT_REASON = "kept drained; see the report of run %s"
 # k8s_drain ends its wait with this warning (not a failure) when pods outlast wait_timeout.
@@ -62,8 +65,8 @@ def request(args: dict, inventory_hostname: str | None = None) -> dict:
     node = args.get("node") or inventory_hostname
     if adapter != "none" and not node:
         raise ValueError("node is not set: set it to the node's name in %s" % adapter)
-    timeout = int(args.get("timeout", 3600))
-    poll_interval = int(args.get("poll_interval", 10))
+    timeout = int(args.get("timeout", DEFAULT_TIMEOUT))
+    poll_interval = int(args.get("poll_interval", DEFAULT_POLL_INTERVAL))
     if timeout < 0 or poll_interval < 1:
         raise ValueError(
             "timeout must be >= 0 and poll_interval >= 1 (seconds), got %s and %s" % (timeout, poll_interval)

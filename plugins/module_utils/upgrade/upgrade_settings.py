@@ -1,6 +1,13 @@
 # Copyright: contributors to gpuops.cluster
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Checks of a rolling upgrade's settings, before any node moves.
+"""A rolling upgrade's settings: the default of each, and the checks before any node moves.
+
+Each ``gpuops_upgrade_<name>`` setting that has a default has it in :data:`DEFAULTS`, and nowhere else:
+the role gpuops.cluster.rolling_upgrade reads its settings in one value, :func:`settings` (through the
+lookup gpuops.cluster.upgrade_settings); the window's defaults are the planner's own
+(``window_plan.DEFAULTS``), the drain reason's prefix the drain adapter's. The registry
+playbooks/vars/gpuops_variables.yml documents each default under ``default`` and the unit tests keep
+the two equal.
 
 A typo in a value must not change what the run does: ``gpuops_upgrade_drain: slrum``
 would otherwise upgrade nodes without draining them, and ``on_failure: rolback``
@@ -27,9 +34,44 @@ controller (``localhost``): a value set for some nodes only (``group_vars/gpu_no
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import wave_plan, window_plan
+import copy
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
+    drain_adapter,
+    node_record,
+    wave_plan,
+    window_plan,
+)
+
+PREFIX = "gpuops_upgrade_"
 DEFAULT_CANARY_GROUP = "canary"
+# Every setting the rolling upgrade reads with a default, by name without the prefix: its default.
+DEFAULTS = {
+    # node settings
+    "drain": "none",
+    "drain_poll_interval": 10,
+    "on_drain_timeout": node_record.DEFAULT_ON_DRAIN_TIMEOUT,
+    "on_failure": "halt",
+    "gate_level": "standard",
+    "canary_gate_level": "extended",
+    "canary_soak_seconds": 0,
+    "reason_prefix": drain_adapter.DEFAULT_PREFIX,
+    "kubernetes_delegate": "localhost",
+    "stop_services": ["nvidia-dcgm", "nvidia-fabricmanager", "nvidia-persistenced"],
+    "domains": {},
+    # run settings (read on the controller); the window's are the planner's
+    "max_unavailable": window_plan.DEFAULTS["max_unavailable"],
+    "per_domain": window_plan.DEFAULTS["per_domain"],
+    "partition_floor": window_plan.DEFAULTS["partition_floor"],
+    "barrier": window_plan.DEFAULTS["barrier"],
+    "max_job_wait": window_plan.DEFAULTS["max_job_wait"],
+    "drain_ahead": window_plan.DEFAULTS["drain_ahead"],
+    "plan_only": False,
+    "canary_group": DEFAULT_CANARY_GROUP,
+    "refresh_interval": 60,
+    "maintenance_reservation": None,
+    "resume_journal": "auto",
+}
 RUN_SETTINGS = (
     "max_unavailable",
     "per_domain",
@@ -50,7 +92,18 @@ WINDOW_SETTINGS = {"per_domain": "per_domain", "partition_floor": "partition_flo
 
 
 def _var(name: str) -> str:
-    return "gpuops_upgrade_" + name
+    return PREFIX + name
+
+
+def settings(variables) -> dict:
+    """``{name: value}`` for every setting of :data:`DEFAULTS`: ``gpuops_upgrade_<name>`` from ``variables`` when set
+    (not null), else its default."""
+    if not isinstance(variables, dict):
+        raise ValueError("upgrade settings take the host's variables as a mapping, got %r" % (variables,))
+    return {
+        name: copy.deepcopy(default) if variables.get(PREFIX + name) is None else variables[PREFIX + name]
+        for name, default in DEFAULTS.items()
+    }
 
 
 def problems(

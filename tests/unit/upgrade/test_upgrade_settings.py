@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import pytest
+import yaml
+from ansible.errors import AnsibleLookupError
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+from ansible_collections.gpuops.cluster.plugins.lookup.upgrade_settings import LookupModule
 from ansible_collections.gpuops.cluster.plugins.module_utils import host_validation, variable_registry, variable_values
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgrade_settings
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgrade_settings, window_plan
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.upgrade_settings import canary_problems, problems
 
 SPECS = variable_registry.load_specs()
@@ -15,35 +20,68 @@ def value_problems(name, value):
     return variable_values.problems({"gpuops_upgrade_" + name: value}, SPECS)
 
 
-# What the playbook passes when nothing is set: its defaults.
-DEFAULTS = {
-    "drain": "none",
-    "slurm_controller": None,
-    "on_failure": "halt",
-    "on_drain_timeout": "continue",
-    "gate_level": "standard",
-    "canary_gate_level": "extended",
-    "max_job_wait": 3600,
-    "drain_poll_interval": 10,
-    "canary_soak_seconds": 0,
-    "max_unavailable": "10%",
-    "per_domain": None,
-    "partition_floor": None,
-    "barrier": False,
-    "plan_only": False,
-    "canary_group": "canary",
-    "run_id": None,
-    "report_path": None,
-    "refresh_interval": 60,
-    "drain_ahead": 0,
-    "journal_path": None,
-    "resume_journal": "auto",
-}
+# What the role reads when nothing is set: each setting's default (None: unset, no default).
+UNSET = dict.fromkeys(("slurm_controller", "run_id", "report_path", "journal_path"))
+DEFAULTS = UNSET | upgrade_settings.settings({})
 RUN = {name: DEFAULTS[name] for name in upgrade_settings.RUN_SETTINGS}
 
 
 def test_the_defaults_have_no_problem():
     assert problems(DEFAULTS, RUN, ["gpu1"]) == []
+
+
+def test_the_defaults_pass_the_registry_checks():
+    values = {upgrade_settings.PREFIX + name: value for name, value in upgrade_settings.DEFAULTS.items()}
+    assert variable_values.problems(values, SPECS) == []
+
+
+def test_the_registry_documents_each_default_as_written_in_python():
+    """playbooks/vars/gpuops_variables.yml says each setting's default under ``default``; it cannot drift."""
+    registry = yaml.safe_load((variable_registry.COLLECTION_ROOT / variable_registry.REGISTRY_PATH).read_text())
+    entries = registry["gpuops_variables"]
+    documented = {
+        name[len(upgrade_settings.PREFIX) :]: entry["default"]
+        for name, entry in entries.items()
+        if name.startswith(upgrade_settings.PREFIX) and "default" in entry
+    }
+    assert documented == upgrade_settings.DEFAULTS
+
+
+def test_the_window_defaults_are_the_planners():
+    window = set(window_plan.SETTINGS) & set(upgrade_settings.DEFAULTS)
+    assert {name: upgrade_settings.DEFAULTS[name] for name in window} == {
+        name: window_plan.DEFAULTS[name] for name in window
+    }
+    assert window_plan.DEFAULTS["max_job_wait"] == 3600  # the one place the wait is written
+
+
+def test_a_set_value_wins_and_null_takes_the_default():
+    variables = {"gpuops_upgrade_max_job_wait": 7200, "gpuops_upgrade_drain": None, "gpuops_upgrade_waves": 3}
+    found = upgrade_settings.settings(variables)
+    assert set(found) == set(upgrade_settings.DEFAULTS)
+    assert found["max_job_wait"] == 7200
+    assert found["drain"] == "none"
+    found["stop_services"].append("x")  # a caller's change does not reach the table
+    assert "x" not in upgrade_settings.DEFAULTS["stop_services"]
+    with pytest.raises(ValueError, match="as a mapping"):
+        upgrade_settings.settings([])
+
+
+def test_the_lookup_templates_only_the_upgrade_settings():
+    variables = {
+        "gpuops_upgrade_max_job_wait": trust_as_template("{{ 60 * 30 }}"),
+        "gpuops_upgrade_per_domain": {"rack": 1},
+        "unrelated": trust_as_template("{{ undefined_variable_here }}"),  # never templated
+    }
+    loader = DataLoader()
+    (found,) = LookupModule(loader=loader, templar=Templar(loader, variables)).run([], variables)
+    assert found == dict(upgrade_settings.DEFAULTS, max_job_wait=1800, per_domain={"rack": 1})
+
+
+def test_the_lookup_takes_no_terms_or_options():
+    lookup = LookupModule(loader=DataLoader(), templar=Templar(DataLoader(), {}))
+    with pytest.raises(AnsibleLookupError, match="takes no terms and no options"):
+        lookup.run(["drain"], {})
 
 
 @pytest.mark.parametrize(
