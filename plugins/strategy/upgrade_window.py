@@ -326,7 +326,9 @@ class StrategyModule(FreeStrategyModule):
             elif name in window.deferred:
                 self._hand(host, self._record(name, False, "deferred: %s" % window.deferred[name]))
             elif name in window.gone:
-                self._hand(host, self._record(name, False, "left alone: %s" % window.gone[name]))
+                # out of service by someone else, or in a reservation not ours, since the plan: its status first
+                status = "reserved" if name in window.reserved else "unavailable"
+                self._hand(host, self._record(name, False, "%s: left alone: %s" % (status, window.gone[name])))
             elif window.halted:
                 self._hand(host, self._record(name, False, "the run halted before this node started"))
             else:

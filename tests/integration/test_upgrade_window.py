@@ -277,7 +277,7 @@ def test_the_window_reads_the_fleet_again_and_takes_what_changed(tmp_path):
     assert acquired["n3"]["slot"]["reason"].startswith("deferred: its job ends at ")
     assert acquired["n4"]["admitted"] is False
     assert acquired["n4"]["slot"]["reason"] == (
-        "left alone: drained by someone else (hardware ticket 42): not touched; seen during the run"
+        "unavailable: left alone: drained by someone else (hardware ticket 42): not touched; seen during the run"
     )
     reads = released["n2"]["refreshes"]
     assert reads
