@@ -14,6 +14,9 @@ description:
     (O(state=released)). The play must run with the strategy C(gpuops.cluster.upgrade_window); the strategy holds each
     host at its O(state=acquired) task until the window admits it, and frees the slot when the host reaches its
     O(state=released) task. Without that strategy the task fails and says so.
+  - The window is the play's, not the task's - the strategy builds it once, when the first host reaches this task, from
+    the play variable C(gpuops_upgrade_window) (the fleet, the window's settings, the fresh-state reads, the journal,
+    the drains ahead; see P(gpuops.cluster.upgrade_window#strategy)). The task takes no part of it.
   - The task itself changes nothing anywhere; it returns the strategy's record of the host's slot.
   - Runs on the controller (action plugin); it never connects to the node.
 author:
@@ -24,47 +27,6 @@ options:
     type: str
     choices: [acquired, released]
     default: acquired
-  nodes:
-    description:
-      - With O(state=acquired), the whole fleet for the window, each a mapping C(name), C(domains) (such as
-        C(rack=r01)), C(partitions), C(gpus), C(state) (V(idle), V(busy), V(drained_by_others), V(down)),
-        C(job_end) (epoch seconds or null), C(canary), C(done). Read once, from the first host that reaches the task.
-    type: list
-    elements: dict
-  settings:
-    description:
-      - With O(state=acquired), the window's settings C(max_unavailable), C(per_domain), C(partition_floor),
-        C(spread_by), C(granularity), C(halt_on_failure), C(barrier), C(max_job_wait) (see
-        C(module_utils/upgrade/window_plan.py)).
-    type: dict
-  refresh:
-    description:
-      - With O(state=acquired), how the window reads the fleet again during the run (fresh state); unset, it keeps the
-        view of O(nodes). C(delegate_to) the host C(gpuops.cluster.slurm_fleet) runs on (the Slurm controller),
-        C(names) each inventory host's Slurm node name, C(interval) the most seconds between two reads while nodes wait
-        (default 60; 0 reads only after each release), C(options) more options of C(gpuops.cluster.slurm_fleet)
-        (C(reason_prefix), C(command_timeout), the command paths), C(become) whether the read runs with become.
-      - Read once, from the first host that reaches the task.
-    type: dict
-  journal:
-    description:
-      - With O(state=acquired), the run's journal on the controller; unset, none is written. C(path) the file every
-        admission, release, deferral, halt and read of the fleet is appended to as one JSON line (created C(0644),
-        each line written with fsync), C(run_id), C(target) (what the run upgrades to, as a string), C(resume) how a
-        re-run finds the journal of a run that did not finish (V(auto), the default, the newest journal beside
-        C(path) with the same C(target); a path; or V(none)).
-      - Read once, from the first host that reaches the task.
-    type: dict
-  drain_ahead:
-    description:
-      - With O(state=acquired), how the window drains the busy nodes next in line ahead of their slot (the window's
-        C(drain_ahead) setting above 0); unset, it drains none. C(delegate_to) the host C(gpuops.cluster.slurm_drain)
-        runs on (the Slurm controller), C(names) each inventory host's Slurm node name, C(run_id) and
-        C(reason_prefix) for the drain reason (the prefix, the run id in brackets, then C(drained ahead of its upgrade
-        slot)), C(become) whether the drains run with become, C(options) more options of C(gpuops.cluster.slurm_drain)
-        (the command paths).
-      - Read once, from the first host that reaches the task.
-    type: dict
   ok:
     description: With O(state=released), whether the node is back in service.
     type: bool
@@ -99,11 +61,14 @@ EXAMPLES = r"""
 - name: Upgrade in a sliding window
   hosts: gpu_nodes
   strategy: gpuops.cluster.upgrade_window
+  vars:
+    gpuops_upgrade_window:
+      nodes: "{{ hostvars['localhost'].gpuops_upgrade_window_nodes }}"
+      settings: {max_unavailable: 4, per_domain: {rack: 1}, partition_floor: 0.85}
   tasks:
     - name: Wait for a slot in the window
       gpuops.cluster.upgrade_slot:
-        nodes: "{{ hostvars['localhost'].gpuops_upgrade_window_nodes }}"
-        settings: {max_unavailable: 4, per_domain: {rack: 1}, partition_floor: 0.85}
+        state: acquired
       register: slot
 
     - name: End here when the window did not admit the node

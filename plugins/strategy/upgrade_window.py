@@ -8,24 +8,34 @@ name: upgrade_window
 short_description: Run a rolling upgrade as a sliding window, each node starting as soon as the window has room
 version_added: 0.2.0
 description:
-  - The strategy of the rolling upgrade's window play. It runs hosts like the C(free) strategy, each at its own
-    pace, and holds every host at its C(gpuops.cluster.upgrade_slot) task (C(state=acquired)) until the window
-    (the planner C(module_utils/upgrade/window_plan.py)) admits it, within these rules; at most
-    C(max_unavailable) nodes out of service, at most C(per_domain) per rack or NVLink domain, every Slurm partition
-    above its floor, the canary first and alone, nothing new after the first failure, and a busy node only when its
-    job ends (Slurm's EndTime) within C(max_job_wait); until then it keeps running, in service.
+  - The strategy of the rolling upgrade's window play. It runs hosts like the C(free) strategy, each at its own pace,
+    and holds every host at its C(gpuops.cluster.upgrade_slot) task (C(state=acquired)) until the window (the planner
+    C(module_utils/upgrade/window_plan.py)) admits it, within these rules; at most C(max_unavailable) nodes out of
+    service, at most C(per_domain) per rack or NVLink domain, every Slurm partition above its floor, the canary first
+    and alone, nothing new after the first failure, and a busy node only when its job ends (Slurm's EndTime) within
+    C(max_job_wait); until then it keeps running, in service.
+  - "The window is the play's. The strategy builds it once, when the first host reaches its slot task, from the play
+    variable C(gpuops_upgrade_window) (set in the play's C(vars), templated once for no host in particular) - C(nodes)
+    the whole fleet, each a mapping C(name), C(domains) (such as C(rack=r01)), C(partitions), C(gpus), C(state)
+    (V(idle), V(busy), V(drained_by_others), V(down), V(reserved)), C(job_end) (epoch seconds or null), C(canary),
+    C(done); C(settings) the window's settings (C(max_unavailable), C(per_domain), C(partition_floor), C(spread_by),
+    C(granularity), C(halt_on_failure), C(barrier), C(max_job_wait), C(drain_ahead);
+    C(module_utils/upgrade/window_plan.py)); and C(refresh), C(journal) and C(drain_ahead) as below (each optional). A
+    window that cannot be built (the variable unset or wrong, a bad setting) admits no host; each passes its slot task
+    not admitted, saying why."
   - When nothing is in flight and nothing else can start, the hosts still waiting for their jobs pass their slot task
-    not admitted, deferred, with the job's end in the reason. A host whose release says C(deferred) (its jobs
-    outlasted the wait; it is back in service) gives its slot back without counting as upgraded.
+    not admitted, deferred, with the job's end in the reason. A host whose release says C(deferred) (its jobs outlasted
+    the wait; it is back in service) gives its slot back without counting as upgraded.
   - A host's slot comes back the moment its C(gpuops.cluster.upgrade_slot) task with C(state=released) has run (a
-    skipped one gives nothing back), and the next admitted host starts at once; no host waits for an unrelated one,
-    as Ansible's C(serial) batches make it wait for the slowest of its batch.
-  - A host waiting for its slot holds no fork, so the window is bounded by the window's settings, not by C(forks)
-    (keep C(forks) at least the window's size).
-  - A host that leaves the play while holding a slot (unreachable, or failed outside a C(rescue)) counts as a
-    failure and halts admission. When admission halted, or the remaining hosts cannot fit even with nothing in
-    flight, the waiting hosts pass their slot task not admitted, with the reason, and end their part of the play.
-  - Fresh state. With the slot task's C(refresh) (the Slurm controller host, the hosts' Slurm names, the interval), the
+    skipped one gives nothing back), and the next admitted host starts at once; no host waits for an unrelated one, as
+    Ansible's C(serial) batches make it wait for the slowest of its batch.
+  - A host waiting for its slot holds no fork, so the window is bounded by the window's settings, not by C(forks) (keep
+    C(forks) at least the window's size).
+  - A host that leaves the play while holding a slot (unreachable, or failed outside a C(rescue)) counts as a failure
+    and halts admission. When admission halted, or the remaining hosts cannot fit even with nothing in flight, the
+    waiting hosts pass their slot task not admitted, with the reason, and end their part of the play.
+  - Fresh state. With the window's C(refresh) (C(delegate_to) the Slurm controller host, C(names) each inventory host's
+    Slurm node name, C(interval) in seconds, C(options) more options of C(gpuops.cluster.slurm_fleet), C(become)), the
     window reads the fleet again (C(gpuops.cluster.slurm_fleet), one node query and one job query, delegated to the
     Slurm controller) after each release and, while nodes wait, whenever its last read is C(interval) seconds old; one
     read at a time, run as a task of a waiting host (which holds no other fork) and only when a fork is free. A waiting
@@ -33,19 +43,21 @@ description:
     someone else leaves the plan (drained or down, it counts as out of service). The nodes still waiting for their jobs
     are deferred only on a read newer than the last release. A failed read is retried at the next occasion; the window
     keeps its last view meanwhile. Every read (when, how long, what changed) is in the slot records' C(refreshes).
-  - A window that survives the controller. With the slot task's C(journal), every admission, release, deferral,
-    pass, halt and read of the fleet is appended to the journal on the controller the moment it is decided (one JSON
-    line each, fsync'd, mode 0644; C(module_utils/upgrade/run_journal.py)), and C(end) when the play ends. A re-run
-    reads the journal of the run it continues (C(resume); by default the newest journal beside its own with the same
-    C(target)); the nodes that run admitted and never released, or released failed, are taken first and count as out
-    of service from the start, so the window never takes more than C(max_unavailable) across both runs.
-  - Drain ahead. With the slot task's C(drain_ahead) (the Slurm controller host, the hosts' Slurm names, the reason
-    prefix and the run id) and the window's C(drain_ahead) setting above 0, the busy nodes next in line are drained in
-    Slurm ahead of their slot (C(gpuops.cluster.slurm_drain), no wait, the reason the prefix and the run id, then
-    C(drained ahead of its upgrade slot)) when the window has room it cannot fill, each as a task of its own waiting
-    host, delegated to the Slurm controller. Such a node takes its slot first when its job ends; one whose job ended
-    with no slot free, and one that passes its slot not admitted (deferred, halted, blocked, left out), is resumed first
-    (only a drain of ours). Every drain ahead and every resume is in the journal (C(drain_ahead), C(undrain)).
+  - A window that survives the controller. With the window's C(journal) (C(path), C(run_id), C(target), C(resume)),
+    every admission, release, deferral, pass, halt and read of the fleet is appended to the journal on the controller
+    the moment it is decided (one JSON line each, fsync'd, mode 0644; C(module_utils/upgrade/run_journal.py)), and
+    C(end) when the play ends. A re-run reads the journal of the run it continues (C(resume); by default the newest
+    journal beside its own with the same C(target)); the nodes that run admitted and never released, or released failed,
+    are taken first and count as out of service from the start, so the window never takes more than C(max_unavailable)
+    across both runs.
+  - Drain ahead. With the window's C(drain_ahead) (C(delegate_to) the Slurm controller host, C(names) the hosts' Slurm
+    names, C(reason_prefix), C(run_id), C(become), C(options) more options of C(gpuops.cluster.slurm_drain)) and the
+    window's C(drain_ahead) setting above 0, the busy nodes next in line are drained in Slurm ahead of their slot
+    (C(gpuops.cluster.slurm_drain), no wait, the reason the prefix and the run id, then C(drained ahead of its upgrade
+    slot)) when the window has room it cannot fill, each as a task of its own waiting host, delegated to the Slurm
+    controller. Such a node takes its slot first when its job ends; one whose job ended with no slot free, and one that
+    passes its slot not admitted (deferred, halted, blocked, left out), is resumed first (only a drain of ours). Every
+    drain ahead and every resume is in the journal (C(drain_ahead), C(undrain)).
   - Plays without an C(upgrade_slot) task run exactly as under C(free).
 author:
   - gpuops.cluster maintainers (@gpuops)
@@ -53,6 +65,7 @@ author:
 
 import time
 
+from ansible.errors import AnsibleError
 from ansible.executor.play_iterator import IteratingStates
 from ansible.playbook.task import Task
 from ansible.plugins.strategy.free import StrategyModule as FreeStrategyModule
@@ -62,11 +75,9 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
     run_journal,
     upgrade_settings,
     window_plan,
+    window_slot,
 )
 
-SLOT_ACTIONS = frozenset({"gpuops.cluster.upgrade_slot", "upgrade_slot"})
-# The host variable the strategy hands each host's slot record to the upgrade_slot action in.
-SLOT_FACT = "gpuops_upgrade_slot"
 # Seconds a read of the fleet waits for a worker when nothing is in flight (the last workers are ending).
 FORK_WAIT = 5
 REFRESH_TASK = "Read the fleet again for the window (gpuops.cluster.slurm_fleet)"
@@ -121,10 +132,7 @@ def journal_says(node, left: set, ahead: set):
 
 def slot_state(task) -> str | None:
     """``acquired`` or ``released`` for an upgrade_slot task, None for any other task."""
-    if task is None or task.action not in SLOT_ACTIONS:
-        return None
-    state = task.args.get("state", "acquired")
-    return state if state in ("acquired", "released") else "acquired"
+    return None if task is None else window_slot.state_of(task.action, task.args)
 
 
 class StrategyModule(FreeStrategyModule):
@@ -137,16 +145,16 @@ class StrategyModule(FreeStrategyModule):
         self._holding: set = set()  # hosts admitted and not released yet
         self._records: dict = {}  # host name -> its slot record
         self._admitted_at: dict = {}  # host name -> when the window admitted it
-        self._broken = None  # why the window could not be built from the slot task's arguments
-        self._refresh = None  # the slot task's refresh settings, when the window reads the fleet again
+        self._broken = None  # why the window could not be built from the play's gpuops_upgrade_window
+        self._refresh = None  # the window's refresh settings, when the window reads the fleet again
         self._schedule = None  # fleet_refresh.RefreshSchedule
         self._refresh_task = None  # the read in flight (a Task), None when none runs
         self._refresh_host = None  # the waiting host the read runs as
-        self._ahead = None  # the slot task's drain_ahead (where and how to drain ahead), None: never
+        self._ahead = None  # the window's drain_ahead (where and how to drain ahead), None: never
         self._ahead_todo: list = []  # (host name, "drain" or "resume") decided, not queued yet (no fork, host busy)
         self._ahead_tasks: dict = {}  # task uuid -> (host name, "drain" or "resume") running
         self._drained_ahead: set = set()  # hosts drained ahead of their slot by us, not given back yet
-        self._slot_task = None  # the slot task the window was built from: the read's place in the play
+        self._slot_task = None  # the first slot task reached: where the window's own tasks take their place
         self._play_context = None
         self._journal = None  # run_journal.JournalWriter, when the slot task names a journal
         self._halt_written = False
@@ -249,24 +257,31 @@ class StrategyModule(FreeStrategyModule):
 
     # The window.
 
-    def _template_args(self, iterator, host, task) -> dict:
-        task_vars = self._variable_manager.get_vars(
-            play=iterator._play, host=host, task=task, _hosts=self._hosts_cache, _hosts_all=self._hosts_cache_all
+    def _play_window(self, iterator) -> dict:
+        """The play's window (the play variable ``gpuops_upgrade_window``), templated once, for no host."""
+        play_vars = self._variable_manager.get_vars(
+            play=iterator._play, _hosts=self._hosts_cache, _hosts_all=self._hosts_cache_all
         )
-        self.add_tqm_variables(task_vars, play=iterator._play)
-        return Templar(loader=self._loader, variables=task_vars).template(task.args)
+        self.add_tqm_variables(play_vars, play=iterator._play)
+        if window_slot.WINDOW_VAR not in play_vars:
+            return window_slot.window_of(None)
+        try:
+            value = Templar(loader=self._loader, variables=play_vars).template(play_vars[window_slot.WINDOW_VAR])
+        except AnsibleError as error:
+            raise ValueError("%s cannot be templated: %s" % (window_slot.WINDOW_VAR, error)) from error
+        return window_slot.window_of(value)
 
     def _hand(self, host, record: dict):
-        self._variable_manager.set_nonpersistent_facts(host.name, {SLOT_FACT: record})
+        self._variable_manager.set_nonpersistent_facts(host.name, {window_slot.SLOT_FACT: record})
 
     def _admit(self, iterator, waiting) -> list:
         now = time.time()
         for host, _task in waiting:
             self._arrived.setdefault(host.name, now)
         if self._window is None:
-            host, task = waiting[0]
-            args = self._template_args(iterator, host, task)
+            task = waiting[0][1]
             try:
+                args = self._play_window(iterator)
                 nodes, resume = self._open_journal(args.get("journal"), args.get("nodes") or [])
                 settings = args.get("settings") or {}
                 self._set_ahead(args.get("drain_ahead"))
@@ -392,16 +407,14 @@ class StrategyModule(FreeStrategyModule):
                 continue
             if slot_state(result.task) != "released" or result.host.name not in self._holding:
                 continue
-            data = result_data(result)
-            release = data.get("release")
-            if isinstance(release, dict) and not data.get("skipped"):
-                self._release(result.host, bool(release.get("ok")), release.get("halt"), bool(release.get("deferred")))
+            release = window_slot.released(result_data(result))
+            if release is not None:
+                self._release(result.host, release["ok"], release["halt"], release["deferred"])
         return results
 
     def _release(self, host, ok: bool, halt, deferred=False):
         name = host.name
-        deferred = deferred and ok  # a deferred node is back in service; one left out is a failure
-        self._finish(name, ok, None if halt is None else bool(halt), deferred)
+        self._finish(name, ok, halt, deferred)
         if self._schedule is not None:
             self._schedule.released(time.time())
         self._write("release", node=name, ok=ok, deferred=deferred, halt=self._window.halted)
@@ -436,7 +449,7 @@ class StrategyModule(FreeStrategyModule):
     # Fresh state: the fleet read again, as a task of a waiting host delegated to the Slurm controller.
 
     def _set_refresh(self, refresh, now):
-        """Check the slot task's ``refresh`` (None: the window keeps the plan's view)."""
+        """Check the window's ``refresh`` (None: the window keeps the plan's view)."""
         if refresh in (None, {}):
             return
         if (
@@ -541,7 +554,7 @@ class StrategyModule(FreeStrategyModule):
     # Drain ahead: busy nodes next in line drained in Slurm without a slot, as tasks of their own waiting hosts.
 
     def _set_ahead(self, ahead):
-        """Check the slot task's ``drain_ahead`` (None: no node is drained ahead)."""
+        """Check the window's ``drain_ahead`` (None: no node is drained ahead)."""
         if ahead in (None, {}):
             return
         if (

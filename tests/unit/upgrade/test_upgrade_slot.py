@@ -6,6 +6,7 @@ from types import SimpleNamespace
 from unittest.mock import MagicMock
 
 import pytest
+from ansible.errors import AnsibleActionFail
 from ansible.playbook.play_context import PlayContext
 from ansible.playbook.task import Task
 from ansible_collections.gpuops.cluster.plugins.action.upgrade_slot import ActionModule
@@ -27,7 +28,7 @@ RECORD = {"state": "acquired", "admitted": True, "reason": "admitted", "admitted
 
 
 def test_acquired_returns_the_strategy_decision():
-    result = action({"nodes": [], "settings": {}}).run(task_vars={"gpuops_upgrade_slot": RECORD})
+    result = action({"state": "acquired"}).run(task_vars={"gpuops_upgrade_slot": RECORD})
     assert not result.get("failed")
     assert result["admitted"] is True
     assert result["slot"] == RECORD
@@ -112,3 +113,9 @@ def test_a_bad_state_fails():
 )
 def test_the_strategy_knows_the_slot_tasks(task, expected):
     assert slot_state(task) == expected
+
+
+def test_the_window_is_not_a_task_argument():
+    """The strategy builds the window from the play's gpuops_upgrade_window; the task refuses its old arguments."""
+    with pytest.raises(AnsibleActionFail, match=r"Invalid options for .*: (nodes,settings|settings,nodes)"):
+        action({"nodes": [], "settings": {}}).run(task_vars={"gpuops_upgrade_slot": RECORD})
