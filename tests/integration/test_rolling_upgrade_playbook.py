@@ -44,7 +44,7 @@ def test_unhealthy_nodes_are_reported_and_left_out(tmp_path, monkeypatch):
     assert {node["host"] for node in audit["nodes"]} == {"gpu-h100", "gpu-l40s"}
     assert all("nvidia-smi not found" in node["reason"] for node in audit["nodes"])
     assert audit["plan"]["order"] == []
-    assert audit["window"] == {"timeline": [], "violations": [], "makespan": None}
+    assert audit["window"] == {"timeline": [], "violations": [], "makespan": None, "drained_ahead": []}
 
 
 def test_a_typo_in_a_setting_stops_the_run_before_any_node_is_read(tmp_path):
