@@ -32,10 +32,16 @@ and a controller ru-ctl. The cases run in file order, each on the state the one 
    580.65.06): Slurm's EndTime is beyond the wait, so the node keeps its job, in service; it is
    admitted once the job has ended (the window's fresh reads see it), not before and not only at
    EndTime - max_job_wait (a 60 s canary soak keeps work in flight past the job's end; reads every 10 s);
+   with ``drain_ahead`` 1 and a partition floor of 0.5, ru-gpu3, busy with a job of the same time limit that
+   ends only when released, is drained ahead once the canary is done (DRAIN in Slurm while its job runs, one
+   slot still free, half the partition's GPUs schedulable): its job is released then, and it takes its slot
+   when the job has ended; the report shows the drain ahead and checks it against the floor;
 7. a job admitted within the wait (a 3-minute limit, ``max_job_wait`` 150 s) whose time limit is raised
    to an hour while its node drains (to 550.127.08): the wait runs out, the node is resumed and
    reported deferred (its job still running on a node in service, never drained and idle), the run
-   finishes the other nodes and ends ``partial``;
+   finishes the other nodes and ends ``partial``; ru-gpu4, idle, is drained by someone else while the
+   canary upgrades: the window's next read sees it, and it is left alone, drained with its owner's
+   reason, reported ``unavailable``;
 8. the gate fails closed: ``dcgmi`` removed from the canary (the stand-in of
    extensions/molecule/lab/gpu_tools.yml), the run to 580.65.06 halts at its gate, which names the
    missing tool; no other node is touched.
@@ -90,6 +96,7 @@ PRESTAGE_TASK = "Download the resolved packages and their missing dependencies i
 PRESTAGE_MOVING_TASK = "Download them with the superseded packages as removals and what moves with the driver"
 PRESTAGE_NAMED_TASK = "Download exactly the resolved packages when their dependencies cannot be resolved"
 FOREIGN_REASON = "LAB-42 fan replacement, do not resume"
+MIDRUN_REASON = "LAB-43 PSU swap, drained during the rollout"
 FAULT_HOOK = "/etc/apt/apt.conf.d/99gpuops-lab-fault"
 # A job that runs until this file appears on its node: it is running whenever the drain starts, on
 # a fast or a slow machine, and ends (COMPLETED) soon after, so the drain's wait is real and short.
@@ -176,12 +183,18 @@ def submit_job(node: str, command: str, minutes: int | None = None) -> str:
     return job
 
 
-def release_when_draining(node: str) -> threading.Thread:
-    """Let the job of ``until_released`` on ``node`` end a few seconds after its drain starts."""
+def release_when_draining(node: str, seen: dict | None = None) -> threading.Thread:
+    """Let the job of ``until_released`` on ``node`` end a few seconds after its drain starts.
+
+    ``seen`` receives what Slurm showed when the drain was first seen: the node's line and its jobs' states.
+    """
 
     def release():
         try:
             wait_for(f"{node} draining", lambda: drained(slurm_nodes()[node]), timeout=600)
+            if seen is not None:
+                seen["line"] = scontrol_node(node)
+                seen["jobs"] = sh(CONTROLLER, "squeue", "-h", "-w", node, "-o", "%i %T").split()
             time.sleep(3)
         finally:
             sh(node, "touch", RELEASE, check=False)
@@ -647,24 +660,38 @@ def fixture_ended_early(workdir, continued):
     busy = NODES[3]
     job = submit_job(busy, "sleep 60", minutes=10)
     submitted = job_times(job)
-    run, audit, wall = upgrade(
-        workdir,
-        "ended_early",
-        BRANCH,
-        gpuops_upgrade_max_unavailable=2,
-        gpuops_upgrade_max_job_wait=300,
-        gpuops_upgrade_refresh_interval=10,
-        # the canary (first and alone) holds the window past the job's real end, so the run has work in
-        # flight when the job ends: what the window does then is the case (not a deferral for want of work)
-        gpuops_upgrade_canary_soak_seconds=60,
-    )
+    ahead = NODES[2]
+    sh(ahead, "rm", "-f", RELEASE)
+    ahead_job = submit_job(ahead, UNTIL_RELEASED, minutes=10)
+    seen: dict = {}
+    watch = release_when_draining(ahead, seen)
+    try:
+        run, audit, wall = upgrade(
+            workdir,
+            "ended_early",
+            BRANCH,
+            gpuops_upgrade_max_unavailable=2,
+            gpuops_upgrade_max_job_wait=300,
+            gpuops_upgrade_refresh_interval=10,
+            # the canary (first and alone) holds the window past the job's real end, so the run has work in
+            # flight when the job ends: what the window does then is the case (not a deferral for want of work)
+            gpuops_upgrade_canary_soak_seconds=60,
+            gpuops_upgrade_drain_ahead=1,
+            gpuops_upgrade_partition_floor=0.5,
+        )
+        watch.join(timeout=30)
+    finally:
+        sh(ahead, "touch", RELEASE, check=False)
+        sh(CONTROLLER, "scancel", ahead_job, check=False)
     state = {
         "job_state": settled_job_state(job),
         "times": job_times(job),
         "planned_end": submitted["end"],
+        "ahead": {"seen": seen, "job_state": settled_job_state(ahead_job), "times": job_times(ahead_job)},
         "slurm": slurm_nodes(),
         "installed": {n: installed(n) for n in NODES},
     }
+    sh(ahead, "rm", "-f", RELEASE)
     record("ended_early_run_wall_s", wall)
     if busy in touched(audit):
         record(
@@ -692,6 +719,31 @@ def test_a_job_ending_early_admits_its_node_when_it_ends_not_before(ended_early)
     assert audit["window"]["violations"] == []
 
 
+def test_drain_ahead_stops_new_jobs_on_the_next_node_while_its_job_runs(ended_early):
+    _unused, run, audit, state = ended_early
+    assert run.rc == 0, run.stdout[-4000:]
+    ahead = NODES[2]
+    seen = state["ahead"]["seen"]
+    # drained in Slurm while its job ran, with the run's drain-ahead reason, before its slot
+    assert seen, "the node was never seen drained"
+    assert "DRAIN" in seen["line"].split("State=", 1)[1].split()[0], seen["line"]
+    assert f"Reason=gpuops-upgrade[{audit['run_id']}]: drained ahead of its upgrade slot" in seen["line"]
+    assert seen["jobs"][1::2] == ["RUNNING"], seen
+    assert state["ahead"]["job_state"] == "COMPLETED"
+    # one drain ahead, ended by its admission, which came when the job had ended
+    spans = audit["window"]["drained_ahead"]
+    admitted = admitted_at(audit, ahead)
+    assert [span[0] for span in spans] == [ahead], spans
+    assert abs(spans[0][2] - admitted.timestamp()) < 0.01, (spans, admitted)
+    assert admitted >= state["ahead"]["times"]["end"] - datetime.timedelta(seconds=1)
+    assert node_of(audit, ahead)["status"] == "upgraded"
+    assert state["installed"][ahead]["nvidia-driver"].startswith(BRANCH)
+    assert not drained(state["slurm"][ahead]), scontrol_node(ahead)
+    # checked with the floor of half the partition's GPUs and one drain ahead at a time
+    assert audit["settings"]["window"]["partition_floor"] == 0.5
+    assert audit["window"]["violations"] == []
+
+
 def extend_when_draining(node: str, job: str, minutes: int) -> threading.Thread:
     """Once ``node`` is draining under ``job``, raise the job's time limit (a user's extension, granted by an admin)."""
 
@@ -704,14 +756,34 @@ def extend_when_draining(node: str, job: str, minutes: int) -> threading.Thread:
     return thread
 
 
+def drain_when_draining(node: str, other: str, reason: str) -> threading.Thread:
+    """Once ``node`` is draining, an operator drains ``other`` (someone else's drain, during the run)."""
+
+    def drain():
+        wait_for(f"{node} draining", lambda: drained(slurm_nodes()[node]), timeout=600)
+        sh(CONTROLLER, "scontrol", "update", f"nodename={other}", "state=drain", f"reason={reason}")
+
+    thread = threading.Thread(target=drain, daemon=True)
+    thread.start()
+    return thread
+
+
+def journal_of(workdir: Path, audit: dict) -> list[dict]:
+    """The run's journal (beside its report)."""
+    path = workdir / f"gpuops-upgrade-{audit['run_id']}.journal.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 @pytest.fixture(scope="module", name="outlasted")
 def fixture_outlasted(workdir, ended_early):
-    """Case 7: a 3-minute job admitted within a 150 s wait, then extended to an hour while its node drains."""
+    """Case 7: a 3-minute job admitted within a 150 s wait, then extended to an hour while its node drains;
+    ru-gpu4 drained by someone else while the canary upgrades."""
     _unused, first, _unused, _unused = ended_early
     assert first.rc == 0
     busy = NODES[2]
     job = submit_job(busy, "sleep 3600", minutes=3)
     extension = extend_when_draining(busy, job, 60)
+    operator = drain_when_draining(CANARY, NODES[3], MIDRUN_REASON)
     try:
         run, audit, wall = upgrade(
             workdir,
@@ -723,14 +795,18 @@ def fixture_outlasted(workdir, ended_early):
             gpuops_upgrade_on_drain_timeout="continue",
         )
         extension.join(timeout=30)
+        operator.join(timeout=30)
         state = {
             "job_state": job_state(job),
             "slurm": slurm_nodes(),
             "line": scontrol_node(busy),
             "installed": {n: installed(n) for n in NODES},
+            "journal": journal_of(workdir, audit) if audit else [],
         }
     finally:
         sh(CONTROLLER, "scancel", job, check=False)
+        # its owner is done with it: back in service for the next case
+        sh(CONTROLLER, "scontrol", "update", f"nodename={NODES[3]}", "state=resume", check=False)
     record("outlasted_run_wall_s", wall)
     return busy, run, audit, state
 
@@ -750,13 +826,33 @@ def test_a_job_outlasting_the_wait_leaves_its_node_in_service_and_deferred(outla
     assert not state["installed"][busy]["nvidia-driver"].startswith(NEW)
 
 
+def test_a_node_drained_by_someone_else_mid_run_is_seen_at_the_next_read_and_left_alone(outlasted):
+    _unused, run, audit, state = outlasted
+    assert run.rc == 0, run.stdout[-4000:]
+    gone = NODES[3]
+    entry = node_of(audit, gone)
+    assert entry["status"] == "unavailable", entry
+    assert MIDRUN_REASON in entry["reason"], entry
+    assert "seen during the run" in entry["reason"], entry
+    assert gone not in touched(audit)
+    # a read of the fleet during the run saw it leave
+    reads = [read for read in state["journal"] if read["event"] == "refresh" and read.get("ok")]
+    left = [(read.get("changes") or {}).get("left") or {} for read in reads]
+    assert "drained_by_others" in [changes.get(gone) for changes in left], left
+    # not touched: still drained with its owner's reason, on the stack it had
+    assert drained(state["slurm"][gone]), state["slurm"][gone]
+    assert state["slurm"][gone]["reason"] == MIDRUN_REASON
+    assert state["installed"][gone]["nvidia-driver"].startswith(BRANCH)
+
+
 def test_the_run_finishes_the_other_nodes_and_names_the_deferred_one(outlasted):
     busy, _unused, audit, state = outlasted
+    gone = NODES[3]
     assert audit["result"] == "partial"
     assert audit["halted_by"] is None
-    assert [node["host"] for node in audit["not_upgraded"]] == [busy]
+    assert sorted(node["host"] for node in audit["not_upgraded"]) == sorted([busy, gone])
     for name in NODES:
-        if name != busy:
+        if name not in (busy, gone):
             assert node_of(audit, name)["status"] in {"upgraded", "skipped"}
             assert state["installed"][name]["nvidia-driver"].startswith(NEW)
             assert not drained(state["slurm"][name])
