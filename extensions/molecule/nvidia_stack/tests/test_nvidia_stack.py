@@ -176,6 +176,15 @@ def test_refused_release_changed_nothing_on_any_node(host):
     assert snapshot(host, "after-refused") == snapshot(host, "after-upgrades")
 
 
+def test_check_mode_move_changed_nothing(host):
+    """upgrade.yml with --check --diff (side_effect.yml checked it predicted ns-h100's flavour change and failed on
+    no node): no package moved, no hold or pin released."""
+    # the whole lines: the selection state (h: held) with each package and version
+    lines = {phase: host.file(f"{STATE}/{phase}.txt").content_string for phase in ("after-check-move", "after-refused")}
+    assert lines["after-check-move"] == lines["after-refused"]
+    assert any(line.startswith("h") for line in lines["after-check-move"].splitlines())
+
+
 def test_mirror_without_fabric_manager_installed_nothing(host):
     if name_of(host) != "ns-ubuntu":
         pytest.skip("the partial mirror is ubuntu2204's")
