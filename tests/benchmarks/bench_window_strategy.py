@@ -29,6 +29,9 @@ the start of the pair and at its end):
       300   196.6 s    250.2 s   1.27          5.6 -> 25.0  before issue 17, item 8 (both under --profile)
       300   241.2 s    277.0 s   1.15         14.9 -> 23.5  first cut of the fix; the window's tests ran alongside
     1,250  1615.8 s    952.6 s   0.59         23.5 -> 14.4  the fix
+      300    76.1 s     68.2 s   0.90          0.7 -> 10.4  window built once from the play (stop 23), machine
+                                                            otherwise idle (the load is the benchmark's own forks)
+    1,250   370.4 s    366.2 s   0.99          9.6 ->  9.0  the same, right after
 
 The profile at 300 hosts put the cost in the strategy's get_hosts_left: every
 host's next task looked up (a copy of its iterator state) and one set of the
