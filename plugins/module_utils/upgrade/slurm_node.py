@@ -48,6 +48,9 @@ SQUEUE_STATES = "RUNNING,COMPLETING,CONFIGURING"
 # squeue -o: job id, end time, node list; '|' is in no job id, time or host name.
 SQUEUE_FORMAT = "%i|%e|%N"
 # squeue's END_TIME when there is none: N/A (no end), NONE (no time limit), Unknown (INFINITE).
+# The EndTime Slurm writes for a job without a time limit: its start plus one year (seen in the lab on 24.11, a job
+# submitted without --time in a partition with MaxTime=INFINITE: EndTime 365 days after StartTime).
+NO_LIMIT_SPAN = 365 * 86400
 UNKNOWN_END_TIMES = frozenset({"", "n/a", "none", "unknown", "infinite", "unlimited"})
 # What survey gives a node without GPU gres.
 NO_GPUS = 0
@@ -608,6 +611,9 @@ def parse_squeue_json(text: str) -> dict:
         end = _number(entry.get("end_time"), "end_time " + what, command, meta) or None
         if "time_limit" in entry and _number(entry["time_limit"], "time_limit " + what, command, meta) is None:
             end = None
+        start = _number(entry.get("start_time"), "start_time " + what, command, meta) if "start_time" in entry else None
+        if end and start and end - start >= NO_LIMIT_SPAN:
+            end = None  # Slurm's end for a job without a time limit, whatever time_limit says in this read
         nodes = _names(entry.get("nodes"), "nodes " + what, command, meta)
         jobs.append(_job(job_id, nodes, end, state, bool(HOLDING_JOB_STATES.intersection(state))))
     return {"slurm": meta, "jobs": jobs}

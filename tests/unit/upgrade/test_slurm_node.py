@@ -681,3 +681,17 @@ def test_job_states_since_23_02_are_lists_with_flags():
     base["jobs"] = [dict(job, job_state=["COMPLETED", "COMPLETING"])]
     jobs = slurm_node.parse_squeue_json(json.dumps(base))["jobs"]
     assert slurm_node.job_ends(jobs, 1796319800) == {"node2": 1796319800}
+
+
+def test_a_job_ending_a_year_after_its_start_has_no_known_end():
+    """Slurm's EndTime for a job without a time limit is its start plus one year, whatever a read says of the limit."""
+    base = json.loads(_capture("squeue-24.11-lab.json"))
+    job = next(j for j in base["jobs"] if j["job_id"] == 1)
+    start = 1796280000
+    limited = {"set": True, "infinite": False, "number": 60}
+    for span, expected in ((365 * 86400, None), (3600, start + 3600)):
+        end = {"set": True, "infinite": False, "number": start + span}
+        base["jobs"] = [
+            dict(job, job_state=["RUNNING"], time_limit=limited, end_time=end, start_time=dict(end, number=start))
+        ]
+        assert slurm_node.parse_squeue_json(json.dumps(base))["jobs"][0]["end_time"] == expected
