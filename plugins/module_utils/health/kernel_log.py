@@ -28,6 +28,17 @@ A message that names no address (and follows no ``The NVIDIA GPU <address>`` lin
 with ``pci_bus_id`` None.
 
 Events are bounded to a window: since boot (the default) or since a given time.
+
+Only the driver's own messages count, never a message that merely contains the words: a job can put text in
+the kernel log (the kernel's segfault line starts with the task's name and names the crashing file, both the
+job's choice; tests/fixtures/kernel-log/forged-xid-segfault-dmesg-T.log is one captured on a real kernel), so
+
+- every pattern is anchored at the start of the kernel message (``NVRM: Xid (PCI:...``,
+  ``nvidia-nvswitchN: SXid (...``, ``NVRM: ...``), where the driver's ``printk`` puts it;
+- a message shaped like the kernel's task messages (``<name>[<pid>]: ...``, ``<name> (<pid>): ...``, the name
+  being at most 15 characters) is never an event, whatever follows;
+- lines that carry their facility are kept only from the kernel's: ``/dev/kmsg`` records of facility 0, and
+  journal or syslog lines whose identifier is ``kernel``.
 """
 
 from __future__ import annotations
@@ -58,7 +69,12 @@ FALLEN_OFF_BUS = re.compile(
     r"fallen\s+off\s+(?:of\s+)?the\s+bus|\bGPU\s+is\s+lost\b|\bGPU\s+lost\s+from\s+the\s+bus|NV_ERR_GPU_IS_LOST",
     re.IGNORECASE,
 )
-_NVRM = re.compile(r"\bNVRM:\s*")
+_NVRM = re.compile(r"NVRM:\s*")  # at the start of the message (``match``)
+# The kernel's messages about a task start with its name (TASK_COMM_LEN 16: at most 15 characters, the job's
+# choice), then "[pid]: " (the segfault and trap lines) or " (pid): ": never a driver message.
+_TASK_MESSAGE = re.compile(r"^.{1,15}(?:\[\d+\]| \(\d+\)):")
+KERNEL_FACILITY = 0  # /dev/kmsg: <facility * 8 + level>; the kernel's own messages are facility 0 (LOG_KERN)
+KERNEL_IDENT = "kernel"  # journal and syslog lines: what journald and rsyslog print for the kernel's messages
 _PCI_ADDRESS = re.compile(
     r"(?<![0-9a-fA-F:])(?:PCI:)?(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?(?![0-9a-fA-F])"
 )
@@ -123,23 +139,30 @@ def _short_time(text, now):
 
 
 def _split(line, now):
-    """``(format, time, uptime, message)`` of one line, or None when it is no kernel log line."""
+    """``(format, time, uptime, message, from_kernel)`` of one line, or None when it is no kernel log line.
+
+    ``from_kernel`` is False for a line whose facility (``/dev/kmsg``) or identifier (journal, syslog) says
+    that a program, not the kernel, wrote it; ``dmesg`` lines carry neither and are the kernel's.
+    """
     match = _KMSG.match(line)
     if match:
-        return "kmsg", None, int(match.group("usec")) / 1e6, match.group("msg")
+        facility = int(match.group("prio")) >> 3
+        return "kmsg", None, int(match.group("usec")) / 1e6, match.group("msg"), facility == KERNEL_FACILITY
     match = _DMESG_T.match(line)
     if match:
         ts = datetime.datetime.strptime(" ".join(match.group("ts").split()), "%a %b %d %H:%M:%S %Y")
-        return "dmesg_t", ts, None, match.group("msg")
+        return "dmesg_t", ts, None, match.group("msg"), True
     match = _DMESG.match(line)
     if match:
-        return "dmesg", None, float(match.group("uptime")), match.group("msg")
+        return "dmesg", None, float(match.group("uptime")), match.group("msg"), True
     match = _ISO.match(line)
     if match:
-        return "journal_iso", _parse_iso(match.group("ts")), None, match.group("msg")
+        ident = match.group("ident")
+        return "journal_iso", _parse_iso(match.group("ts")), None, match.group("msg"), ident == KERNEL_IDENT
     match = _SHORT.match(line)
     if match:
-        return "journal_short", _short_time(match.group("ts"), now), None, match.group("msg")
+        ident = match.group("ident")
+        return "journal_short", _short_time(match.group("ts"), now), None, match.group("msg"), ident == KERNEL_IDENT
     return None
 
 
@@ -168,6 +191,7 @@ def parse(text, since=None, boot_time=None, now=None):
     relative_without_boot = False
     # the "The NVIDIA GPU <address>" line whose message may end on a later line
     pending = {"bus": None, "left": 0, "boot": 0, "when": None, "uptime": None, "text": ""}
+    last_from_kernel = True
     for raw in (text or "").splitlines():
         line = raw.rstrip("\r\n")
         if not line.strip():
@@ -184,9 +208,11 @@ def parse(text, since=None, boot_time=None, now=None):
         if split is None:
             message = line.strip()  # a continuation line of a multi-line message (dmesg, journalctl indent them)
             fmt, when, uptime = None, None, None
+            from_kernel = last_from_kernel
         else:
-            fmt, when, uptime, message = split
+            fmt, when, uptime, message, from_kernel = split
             formats.add(fmt)
+        last_from_kernel = from_kernel
         prefix = _KERNEL_TIME_PREFIX.match(message)
         if prefix:  # rsyslog/journal lines that carry the kernel's own [uptime]
             if uptime is None:
@@ -199,6 +225,8 @@ def parse(text, since=None, boot_time=None, now=None):
             if when is None and boot_time is not None:
                 when = boot_time + datetime.timedelta(seconds=uptime)
         for part in _message_parts(message, fmt):
+            if not from_kernel or _TASK_MESSAGE.match(part):
+                continue  # a program's line, or the kernel's line about a task (its name is the job's choice)
             event = _event(part, line)
             event_boot, event_when, event_uptime = boot, when, uptime
             if event is None:
@@ -207,7 +235,7 @@ def parse(text, since=None, boot_time=None, now=None):
                     event_boot, event_when, event_uptime = pending["boot"], pending["when"], pending["uptime"]
             if event is not None and event.get("kind") == "fallen_off_bus":
                 pending["left"] = 0  # the message is complete: a later line has no address of its own
-            started = _THE_NVIDIA_GPU.search(part)
+            started = _THE_NVIDIA_GPU.match(part)
             if started and event is None:
                 pending.update(
                     bus=_short_bus(started.group("bus")), left=_CONTINUATION_LINES + 1, boot=boot, when=when,
@@ -247,7 +275,7 @@ def parse(text, since=None, boot_time=None, now=None):
 
 
 def _event(message, line):
-    match = _XID.search(message)
+    match = _XID.match(message)
     if match:
         return {
             "kind": "xid",
@@ -257,7 +285,7 @@ def _event(message, line):
             "text": match.group("text").strip(),
             "line": line,
         }
-    match = _SXID.search(message)
+    match = _SXID.match(message)
     if match:
         text = match.group("text").strip()
         if not text.lower().startswith(("fatal", "non-fatal")):
@@ -286,7 +314,7 @@ def _fallen_off_bus(message, line, pending):
     The address is the message's own, else the one of a ``The NVIDIA GPU <address>`` line just
     before it (``continues`` True: the event takes that line's time), else None.
     """
-    nvrm = _NVRM.search(message)
+    nvrm = _NVRM.match(message)
     if not nvrm or not FALLEN_OFF_BUS.search(message):
         return None
     text = message[nvrm.end() :].strip()

@@ -214,3 +214,80 @@ def test_older_kernels_print_the_probe_message_as_three_records():
 )
 def test_other_driver_lines_are_not_a_lost_gpu(line):
     assert kernel_log.parse(line)["events"] == []
+
+
+# --- issue 25: a job cannot write the evidence --------------------------------------------------------------
+# Each driver message beside a forgery of it. The forgeries are what a job can put in the kernel log: the
+# kernel's segfault and trap lines start with the task's name (at most 15 characters) and name the crashing file
+# after " in ", both the job's choice; a program's own lines (logger, /dev/kmsg writes) carry another facility
+# or identifier. The first is real: the kernel printed it when uid 65534 ran a program so named (fixture).
+FORGED_SEGFAULT = (
+    "NVRM: Xid (PCI:[537]: segfault at 0 ip 0000000000400078 sp 00007ffc107c9ab0 error 6 in NVRM: Xid "
+    "(PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus[78,400000+1000] likely on CPU 12 "
+    "(core 12, socket 0)"
+)
+REAL_AND_FORGED = [
+    (
+        "xid",
+        "[ 7214.550921] NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+        "[ 7214.550921] %s" % FORGED_SEGFAULT,
+    ),
+    (
+        "xid",
+        "[ 7214.550921] NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+        "[ 7214.550921] traps: NVRM: Xid (PCI:0000:18:00): 79,[12] general protection fault ip:1 sp:2",
+    ),
+    (
+        "xid",
+        "2024-03-12T09:00:00+0000 node kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, off the bus",
+        "2024-03-12T09:00:00+0000 node job: NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, off the bus",
+    ),
+    (
+        "xid",
+        "Mar 12 09:00:00 node kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, off the bus",
+        "Mar 12 09:00:00 node logger: NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, off the bus",
+    ),
+    (
+        "xid",
+        "3,1013,5006212,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+        "11,1013,5006212,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+    ),
+    (
+        "sxid",
+        "[ 1108.858286] nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 44 sourcetrack timeout",
+        "[ 1108.858286] nvidia-nvswitc[99]: segfault at 0 ip 0 sp 0 error 6 in nvidia-nvswitch0: SXid "
+        "(PCI:0000:c3:00.0): 24007, Fatal, Link 44[78,400000+1000]",
+    ),
+    (
+        "fallen_off_bus",
+        "[ 7214.550921] NVRM: GPU 0000:ab:00.0: GPU has fallen off the bus.",
+        "[ 7214.550921] NVRM: GPU 0000[77]: segfault at 0 ip 0 sp 0 error 6 in NVRM: GPU 0000:ab:00.0: GPU has "
+        "fallen off the bus[78,400000+1000]",
+    ),
+    (
+        "fallen_off_bus",
+        "[ 7214.551207] NVRM: nvAssertOkFailedNoLog: Assertion failed: GPU lost from the bus [NV_ERR_GPU_IS_LOST]",
+        "[ 7214.551207] NVRM: a (4242): drop_caches: GPU lost from the bus [NV_ERR_GPU_IS_LOST]",
+    ),
+    (
+        "fallen_off_bus",
+        "[ 7214.551207] NVRM: GPU is lost, skipping nv_pci_probe",
+        "[ 7214.551207] python3[4242]: NVRM: GPU is lost, skipping nv_pci_probe",
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "real", "forged"), REAL_AND_FORGED)
+def test_a_driver_message_is_an_event_and_its_forgery_is_not(kind, real, forged):
+    found = kernel_log.parse(real, now=NOW)["events"]
+    assert [event["kind"] for event in found] == [kind]
+    assert kernel_log.parse(forged, now=NOW)["events"] == []
+
+
+def test_the_captured_forgery_of_a_real_kernel_is_no_event(fixture_text):
+    """A program named like an Xid 79 message, crashed as uid 65534 on a real H200 node (driver 580.159.04)."""
+    for name in ("forged-xid-segfault-dmesg-T.log", "forged-xid-segfault-dmesg.log"):
+        text = fixture_text("kernel-log/" + name)
+        assert "NVRM: Xid (PCI:0000:18:00): 79" in text
+        parsed = kernel_log.parse(text, now=datetime.datetime(2026, 12, 4, 15, 0, 0))
+        assert parsed["events"] == [], name
