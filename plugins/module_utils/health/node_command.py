@@ -14,9 +14,21 @@ evaluator (:func:`health_checks.evaluate`) judge the node as ``gpuops.cluster.gp
 - ``--drain``: ``scontrol update nodename=<node> state=drain reason="gpuops-health: <the line>"``, unless a
   person (or another tool) drained the node already with a reason of their own, which is kept.
 
-Every tool runs under coreutils ``timeout`` (``command_timeout``, default 30 s; the node reader) and, as a second
+It fails closed (issue 25). slurmd runs it as root and ignores its exit code, so with ``--drain`` any outcome
+other than "healthy" or "unhealthy and drained" drains the node with ``gpuops-health: check failed: <cause>``
+(a configuration error, an internal error), unless someone else's drain is there already. Fatal kernel-log
+findings stay open across runs until a drain by this command is confirmed in Slurm or the node reboots
+(:mod:`open_findings`): a failed ``scontrol``, a run without ``--drain`` or an operator's drain never consume
+them. A stored state that cannot be used is set aside and a failed save is a note (:mod:`health_state`).
+
+One time budget bounds the run (``time_budget``, 45 s at level quick: slurmd kills HealthCheckProgram after
+60 s): the lock wait and every tool take their share of it, a tool that would run past it is not run and its
+check fails, and the drain's ``scontrol`` calls (``2 x slurm_timeout`` + 5 s) are kept out of the budget's end, so the
+verdict and the drain happen before it runs out. Every tool runs under coreutils ``timeout`` and, as a second
 bound, under ``subprocess``'s own timeout a few seconds later. The configuration is a JSON file
-(``/etc/gpuops/gpu-health.json``, keys :data:`CONFIG_DEFAULTS`); the command line overrides it.
+(``/etc/gpuops/gpu-health.json``, keys :data:`CONFIG_DEFAULTS`); the command line overrides it;
+``--check-config`` checks it (with ``--drain``: that ``slurm_scontrol_path`` names an executable ``scontrol``,
+since slurmd passes no ``PATH``) and exits 0 or 2.
 """
 
 from __future__ import annotations
@@ -43,10 +55,16 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     node_baseline,
     node_history,
     node_verdict,
+    open_findings,
     prometheus_textfile,
     thresholds,
 )
-from ansible_collections.gpuops.cluster.plugins.module_utils.health.node_reader import KILL_AFTER, NodeReader
+from ansible_collections.gpuops.cluster.plugins.module_utils.health.node_reader import (
+    DIAG_TIMEOUTS,
+    KILL_AFTER,
+    NCCL_TIMEOUT,
+    NodeReader,
+)
 
 PROG = "gpuops-gpu-health"
 CONFIG_PATH = "/etc/gpuops/gpu-health.json"
@@ -79,6 +97,7 @@ CONFIG_DEFAULTS = {
     "skip_checks": ([], list),
     "state_dir": ("/var/lib/gpuops-health", str),
     "lock_wait": (10, int),
+    "time_budget": (None, int),
     "prometheus_textfile": (None, str),
     "slurm_drain": (False, bool),
     "slurm_scontrol_path": (None, str),
@@ -91,6 +110,10 @@ EXTRA_CHECKS = node_history.CHECKS
 SEARCH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 _STATE = re.compile(r"\bState=(\S+)")
+# slurmd kills HealthCheckProgram after 60 s (issue 25); the whole run at level quick stays well inside it.
+QUICK_BUDGET = 45  # s
+CHECK_FAILED = "check failed"
+MAX_CAUSE = 200  # characters of a cause in a Slurm reason
 _REASON = re.compile(r"\bReason=(.*?)(?: \[[^\]@]*@[^\]]*\])?(?= [A-Z][A-Za-z]*=|$)")
 
 
@@ -131,6 +154,24 @@ def load_config(path, overrides=None):
             "skip_checks: unknown %s (known: %s)" % (", ".join(sorted(unknown)), ", ".join(sorted(known)))
         )
     return config
+
+
+def time_budget(config):
+    """Seconds the whole run may take: ``time_budget``, else 45 s plus what the level's own long tools need
+    (``dcgmi diag`` from standard, ``all_reduce_perf`` at extended; those levels are not slurmd's health check)."""
+    if config["time_budget"]:
+        return config["time_budget"]
+    extra = 0
+    if config["level"] in ("standard", "extended"):
+        extra += config["diag_timeout"] or DIAG_TIMEOUTS["1" if config["level"] == "standard" else "2"]
+    if config["level"] == "extended":
+        extra += NCCL_TIMEOUT
+    return QUICK_BUDGET + extra
+
+
+def drain_reserve(config):
+    """Seconds kept at the budget's end for a drain: ``scontrol show node`` then ``scontrol update``."""
+    return 2 * config["slurm_timeout"] + KILL_AFTER
 
 
 def _checked(source, key, value):
@@ -230,7 +271,10 @@ def drain(reader, host, config, line):
     scontrol = config["slurm_scontrol_path"] or host.get_bin_path("scontrol")
     node = slurm_node_name(config, host.environ)
     if not scontrol:
-        return {"node": node, "done": False, "detail": "scontrol not found: the node was not drained"}
+        return {
+            "node": node, "done": False,
+            "detail": "scontrol not found (slurmd passes no PATH): set slurm_scontrol_path; the node was not drained",
+        }  # fmt: skip
     reason = "%s: %s" % (config["slurm_reason_prefix"], line)
     timeout = config["slurm_timeout"]
     rc, out, err, timed_out = reader.run([scontrol, "show", "node", node, "-o"], timeout=timeout)
@@ -282,17 +326,28 @@ def evaluate_options(config):
     return {key: config[key] for key in keys}
 
 
-def run_once(config, host, now, state_store=None, lock_wait=None):
-    """Judge the node once. Returns the payload of ``--json`` (without the drain and the textfile)."""
+def run_once(config, host, now, state_store=None, lock_wait=None, drain_wanted=False, started=None,
+             clock=time.monotonic):  # fmt: skip
+    """Judge the node once, drain it when unhealthy and ``drain_wanted``, store what the next run needs.
+
+    Returns the payload of ``--json`` (without the textfile). ``started``: the ``clock()`` value the run's time
+    budget counts from (default now).
+    """
+    started = clock() if started is None else started
+    deadline = started + time_budget(config)
+    tools_deadline = deadline - (drain_reserve(config) if drain_wanted else 0)
+    hostname = socket.gethostname()
+    boot_id = read_value(under(config["root"], BOOT_ID))
     notes = []
-    state, saved = health_state.empty(socket.gethostname()), False
-    locked = False
+    state, saved, locked = health_state.empty(hostname), False, False
     if state_store is not None:
-        locked = state_store.lock(config["lock_wait"] if lock_wait is None else lock_wait)
+        wait = config["lock_wait"] if lock_wait is None else lock_wait
+        locked = state_store.lock(max(0, min(wait, (tools_deadline - clock()) / 3)))
         if locked:
-            state, note = state_store.load(socket.gethostname())
+            state, note = state_store.load(hostname)
         else:
-            note = "another run holds %s: judged without the stored state, nothing stored" % state_store.directory
+            state, note = state_store.load(hostname, set_aside=False)
+            notes.append("%s: judged from what the last run left, nothing stored" % state_store.lock_error)
         if note:
             notes.append(note)
     try:
@@ -300,28 +355,43 @@ def run_once(config, host, now, state_store=None, lock_wait=None):
         since = None
         if config["kernel_log_window"] == "since_last_run" and cursor:
             since = kernel_log.parse_since(time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(cursor)))
-        reader = NodeReader(host, root=config["root"])
+        reader = NodeReader(host, root=config["root"], deadline=tools_deadline, clock=clock)
         inputs = reader.read_all(False, since)
         notes.extend(reader.notes)
+        inputs["kernel"], reopened = open_findings.reopen(inputs["kernel"], state["open"], boot_id)
+        if reopened:
+            notes.append("%d fatal kernel-log finding(s) of earlier runs not acted on yet: judged again" % reopened)
         verdict = health_checks.evaluate(inputs, evaluate_options(config))
         history_options = {
             key: config[key]
             for key in ("rate_thresholds", "baseline_max_regression", "fleet_nccl_busbw_gbps", "skip_checks")
         }
-        history_options["boot_id"] = read_value(under(config["root"], BOOT_ID))
+        history_options["boot_id"] = boot_id
         verdict, stored, history_notes = node_history.judge(inputs, verdict, state, now, history_options)
         notes.extend(history_notes)
+        reason = node_verdict.reason(verdict)
+        drained = None
+        if not verdict["healthy"] and drain_wanted:
+            slurm = NodeReader(host, root=config["root"], deadline=deadline, clock=clock)
+            drained = drain(slurm, host, config, reason)
+            reader.commands.extend(slurm.commands)
+            if not drained["done"]:
+                notes.append("slurm: %s" % drained["detail"])
+        acted_on = bool(drained and drained["done"])
+        stored["open"] = open_findings.still_open(inputs["kernel"], state["open"], boot_id, acted_on)
         if locked:
-            state_store.save(stored)
-            saved = True
+            problem = state_store.save(stored)
+            saved = problem is None
+            if problem:
+                notes.append(problem)
     finally:
         if locked:
             state_store.unlock()
     return {
         "healthy": verdict["healthy"],
-        "reason": node_verdict.reason(verdict),
+        "reason": reason,
         "level": config["level"],
-        "host": socket.gethostname(),
+        "host": hostname,
         "window": {"kernel_log_since": since.isoformat() if since else "boot"},
         "checks": verdict["checks"],
         "actions": verdict["actions"],
@@ -330,6 +400,8 @@ def run_once(config, host, now, state_store=None, lock_wait=None):
         "commands": reader.commands,
         "notes": notes,
         "state_saved": saved,
+        "open_findings": len(stored["open"]),
+        "drain": drained,
         "verdict": verdict,
     }
 
@@ -359,13 +431,18 @@ def parse_args(argv):
     parser.add_argument("--nvidia-smi", dest="nvidia_smi_path", help="nvidia-smi to run")
     parser.add_argument("--kernel-log", help="read this file instead of journalctl/dmesg")
     parser.add_argument("--prometheus-textfile", help="node_exporter textfile to write")
+    parser.add_argument("--time-budget", type=int, help="seconds the whole run may take (default: time_budget)")
+    parser.add_argument(
+        "--check-config", action="store_true",
+        help="check the configuration (with --drain: that slurm_scontrol_path is an executable) and exit 0 or 2",
+    )  # fmt: skip
     parser.add_argument("-v", "--verbose", action="store_true", help="also print warnings and notes when healthy")
     return parser.parse_args(argv)
 
 
 def _overrides(args):
     overrides = {}
-    for key in ("level", "nvidia_smi_path", "kernel_log", "prometheus_textfile"):
+    for key in ("level", "nvidia_smi_path", "kernel_log", "prometheus_textfile", "time_budget"):
         if getattr(args, key):
             overrides[key] = getattr(args, key)
     if args.state_dir:
@@ -377,29 +454,84 @@ def _overrides(args):
     return overrides
 
 
+def check_config(config):
+    """Problems ``--check-config`` finds beyond :func:`load_config`'s: a drain needs a runnable ``scontrol``."""
+    if not config["slurm_drain"]:
+        return []
+    path = config["slurm_scontrol_path"]
+    if not path:
+        return ["slurm_scontrol_path is not set: slurmd passes no PATH, so a drain needs scontrol's full path"]
+    if not (os.path.isabs(path) and os.path.isfile(path) and os.access(path, os.X_OK)):
+        return ["slurm_scontrol_path %s is not an executable file" % path]
+    return []
+
+
+def fallback_config(path, overrides):
+    """What a failed run needs to drain: the defaults, the file's valid ``slurm_*`` and ``root`` values, the
+    command line's; everything else is ignored (the configuration is what failed)."""
+    config = {key: value for key, (value, _kind) in CONFIG_DEFAULTS.items()}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError, TypeError):
+        data = {}
+    for values in (data if isinstance(data, dict) else {}, overrides):
+        for key, value in values.items():
+            if key in CONFIG_DEFAULTS and (key.startswith("slurm_") or key == "root"):
+                try:
+                    config[key] = _checked("fallback", key, value)
+                except ConfigError:
+                    continue
+    return config
+
+
+def drain_failed_check(config, environ, runner, cause):
+    """Drain the node because the check itself failed (``<prefix>: check failed: <cause>``), within a bound."""
+    host = LocalHost(reader_params(config), runner=runner, environ=environ)
+    reader = NodeReader(host, root=config["root"], deadline=time.monotonic() + drain_reserve(config) + KILL_AFTER)
+    return drain(reader, host, config, "%s: %s" % (CHECK_FAILED, cause[:MAX_CAUSE]))
+
+
 def main(argv=None, environ=None, runner=subprocess.run, out=None, err=None):
     """The command. Returns the exit code; prints one line when unhealthy (everything with ``--json``)."""
     out = out or sys.stdout
     err = err or sys.stderr
     started = time.monotonic()
     now = time.time()
+    argv = sys.argv[1:] if argv is None else argv
+    environ = dict(os.environ if environ is None else environ)
     try:
-        args = parse_args(sys.argv[1:] if argv is None else argv)
+        args = parse_args(argv)
     except SystemExit as stop:
-        return node_verdict.EXIT_HEALTHY if stop.code in (0, None) else node_verdict.EXIT_CONFIG
+        if stop.code in (0, None):
+            return node_verdict.EXIT_HEALTHY
+        return _failed(
+            fallback_config(CONFIG_PATH, {}), "--drain" in argv and "--no-drain" not in argv, environ, runner, out,
+            "command line: %s" % " ".join(argv), node_verdict.EXIT_CONFIG,
+        )  # fmt: skip
+    overrides = _overrides(args)
     try:
-        config = load_config(args.config, _overrides(args))
+        config = load_config(args.config, overrides)
+    except ConfigError as error:
+        fallback = fallback_config(args.config, overrides)
+        wanted = (args.drain or fallback["slurm_drain"]) and not args.no_drain and not args.check_config
+        return _failed(fallback, wanted, environ, runner, out, "configuration: %s" % error, node_verdict.EXIT_CONFIG)
+    if args.check_config:
+        found = check_config(config)
+        for problem in found:
+            out.write("%s: configuration: %s\n" % (PROG, problem))
+        if not found:
+            out.write("%s: configuration %s is valid\n" % (PROG, args.config))
+        return node_verdict.EXIT_CONFIG if found else node_verdict.EXIT_HEALTHY
+    if args.since is not None:
+        config["kernel_log_window"] = "boot" if args.since == "boot" else "since_last_run"
+    try:
         host = LocalHost(reader_params(config), runner=runner, environ=environ)
         store = None if args.no_state else health_state.HealthState(config["state_dir"])
-        if args.since is not None:
-            config["kernel_log_window"] = "boot" if args.since == "boot" else "since_last_run"
-        payload = run_once(config, host, now, store)
-    except ConfigError as error:
-        out.write("%s: configuration: %s\n" % (PROG, error))
-        return node_verdict.EXIT_CONFIG
-    except Exception as error:  # one line and a distinct code, not a traceback under slurmd
-        out.write("%s: the health command failed: %s: %s\n" % (PROG, type(error).__name__, error))
-        return node_verdict.EXIT_ERROR
+        payload = run_once(config, host, now, store, drain_wanted=config["slurm_drain"], started=started)
+    except Exception as error:  # pylint: disable=broad-exception-caught  # fails closed: drains, one line
+        cause = "internal error: %s: %s" % (type(error).__name__, error)
+        return _failed(config, config["slurm_drain"], environ, runner, out, cause, node_verdict.EXIT_ERROR)
     verdict = payload.pop("verdict")
     duration = time.monotonic() - started
     if config["prometheus_textfile"]:
@@ -407,13 +539,6 @@ def main(argv=None, environ=None, runner=subprocess.run, out=None, err=None):
             health_state.write_text_atomic(config["prometheus_textfile"], prometheus_text(verdict, now, duration))
         except OSError as error:
             payload["notes"].append("Prometheus textfile %s not written: %s" % (config["prometheus_textfile"], error))
-    payload["drain"] = None
-    if not payload["healthy"] and config["slurm_drain"]:
-        reader = NodeReader(host, root=config["root"])
-        payload["drain"] = drain(reader, host, config, payload["reason"])
-        payload["commands"].extend(reader.commands)
-        if not payload["drain"]["done"]:
-            payload["notes"].append("slurm: %s" % payload["drain"]["detail"])
     code = node_verdict.exit_code(verdict)
     payload["exit_code"] = code
     payload["duration_s"] = round(time.monotonic() - started, 3)
@@ -430,4 +555,16 @@ def main(argv=None, environ=None, runner=subprocess.run, out=None, err=None):
             err.write("note: %s\n" % note)
     elif payload["notes"] and not payload["healthy"]:
         err.write("".join("note: %s\n" % note for note in payload["notes"]))
+    return code
+
+
+def _failed(config, wanted, environ, runner, out, cause, code):
+    """The check itself failed: one line, and with ``--drain`` the node drained saying so."""
+    out.write("%s: %s\n" % (PROG, cause))
+    if wanted:
+        try:
+            result = drain_failed_check(config, environ, runner, cause)
+        except Exception as error:  # pylint: disable=broad-exception-caught  # the line above is already out
+            result = {"done": False, "detail": "%s: %s" % (type(error).__name__, error)}
+        out.write("%s: slurm: %s\n" % (PROG, result["detail"]))
     return code

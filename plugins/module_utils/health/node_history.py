@@ -10,7 +10,12 @@ with the rate, repeat and baseline checks added and pre-existing failures marked
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.health import error_rates, node_baseline, node_verdict
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
+    error_rates,
+    node_baseline,
+    node_verdict,
+    open_findings,
+)
 
 CHECKS = error_rates.RATE_CHECKS + node_baseline.BASELINE_CHECKS
 
@@ -31,7 +36,7 @@ def judge(inputs, verdict, state, now, options=None):
     extra, rate_notes = error_rates.judge(state.get("samples"), sample, limits)
     notes.extend(rate_notes)
     xid_checks, xids = error_rates.judge_xids(
-        state.get("xids"), error_rates.fatal_xids(inputs.get("kernel"), now), now, gpus, limits
+        state.get("xids"), error_rates.fatal_xids(open_findings.fresh(inputs.get("kernel")), now), now, gpus, limits
     )
     extra += xid_checks
     figures = node_baseline.figures(inputs)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value, under
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
@@ -83,8 +84,10 @@ class NodeReader:
     run, in order, as one string each.
     """
 
-    def __init__(self, module, root="/"):
+    def __init__(self, module, root="/", deadline=None, clock=time.monotonic):
         self.module = module
+        self.deadline = deadline  # clock() value by which every command must have ended (None: no overall bound)
+        self.clock = clock
         self.params = module.params
         self.root = root
         self.commands = []
@@ -101,6 +104,12 @@ class NodeReader:
         A command still running at its limit gets SIGTERM, then SIGKILL 5 s later (rc 124 or 137).
         """
         timeout = int(timeout or self.params.get("command_timeout") or COMMAND_TIMEOUT)
+        if self.deadline is not None:
+            left = int(self.deadline - self.clock()) - KILL_AFTER  # the kill grace is inside the budget too
+            if left < 1:
+                self.commands.append("not run (the run's time budget was spent): " + " ".join(argv))
+                return 124, "", "not run: the run's time budget was spent before it", True
+            timeout = min(timeout, left)
         if self.timeout_path is None:
             self.timeout_path = self.module.get_bin_path("timeout") or ""
             if not self.timeout_path:

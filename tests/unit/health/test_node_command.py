@@ -10,6 +10,7 @@ import io
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import node_command, node_verdict
@@ -29,11 +30,15 @@ SHOW_ADMIN = (
 class Tools:
     """``subprocess.run`` of a node: answers by tool name, records every argv."""
 
-    def __init__(self, smi=H100, show=SHOW_IDLE, log=None, hang=()):
+    def __init__(self, smi=H100, show=SHOW_IDLE, log=None, hang=(), update_rc=0, fail=(), clock=None, takes=None):
         self.smi = smi
         self.show = show
         self.log = log or (FIXTURES / "kernel-log/clean-journal-short-iso.log").read_text(encoding="utf-8")
         self.hang = set(hang)
+        self.update_rc = update_rc
+        self.fail = set(fail)  # tools whose run raises an unexpected error (a defect, not a tool failure)
+        self.clock = clock  # a FakeClock the tools move: takes[name] seconds each, the whole limit when hung
+        self.takes = takes or {}
         self.calls = []
         self.timeouts = []
 
@@ -44,10 +49,18 @@ class Tools:
         assert kwargs["stdin"] == subprocess.DEVNULL
         args = list(argv)
         assert os.path.basename(args[0]) == "timeout", "every tool runs under coreutils timeout: %s" % args
+        limit = int(args[3])
         args = args[4:]
         name = os.path.basename(args[0])
-        if name in self.hang:
+        key = " ".join([name, *args[1:3]])
+        if name in self.fail:
+            raise RuntimeError("%s: unexpected" % name)
+        if self.clock is not None:
+            self.clock.now += limit if key in self.hang else self.takes.get(key, 0)
+        if name in self.hang or key in self.hang:
             return subprocess.CompletedProcess(argv, 124, b"", b"")
+        if name == "scontrol" and args[1] == "update":
+            return subprocess.CompletedProcess(argv, self.update_rc, b"", b"slurm_update error: Unable to contact")
         answers = {
             "nvidia-smi": lambda: self.smi if args[1:] == ["-q", "-x"] else (
                 FIXTURES / "nvlink/h100-8x-status-healthy.txt").read_text(encoding="utf-8"),
@@ -253,3 +266,211 @@ def test_the_role_installs_every_module_util_the_command_imports():
                     todo.append(candidate if (root / "plugins/module_utils" / candidate).is_file() else base + ".py")
     assert needed - listed == set()
     assert "health/__init__.py" in listed
+
+
+# --- issue 25: fails closed, evidence kept until acted on, one time budget -----------------------------------
+XID79 = "2024-03-12T10:00:00+0000 gpu-a01 kernel: NVRM: Xid (PCI:0000:5d:00): 79, pid=0, name=x, GPU has fallen off the bus.\n"  # noqa: E501
+CLEAN = (FIXTURES / "kernel-log/clean-journal-short-iso.log").read_text(encoding="utf-8")
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def updates(tools):
+    return [c[4:] for c in tools.calls if len(c) > 5 and c[5] == "update"]
+
+
+def drain_reason(tools):
+    found = updates(tools)
+    assert len(found) == 1, tools.calls
+    return found[0][-1].split("=", 1)[1]
+
+
+def test_a_state_field_of_the_wrong_shape_is_set_aside_and_the_run_goes_on(node):
+    """Only the version was checked: one field of the wrong shape raised inside the run (exit 3, no drain)."""
+    state = node["tmp"] / "state"
+    state.mkdir()
+    (state / "state.json").write_text(json.dumps({"version": 1, "samples": [{"time": "yesterday"}], "xids": {}}))
+    tools = Tools()
+    code, out, _err = run(node, tools, "--json", "--drain")
+    payload = json.loads(out)
+    assert code == 0
+    assert payload["healthy"]
+    assert payload["state_saved"]
+    assert any("samples has the wrong shape; xids has the wrong shape: set aside as " in n for n in payload["notes"])
+    aside = [name for name in os.listdir(state) if name.startswith("state.json.unreadable-")]
+    assert len(aside) == 1
+    assert json.loads((state / aside[0]).read_text())["samples"] == [{"time": "yesterday"}]  # kept for inspection
+    assert json.loads((state / "state.json").read_text())["samples"][0]["time"] > 0
+    assert not updates(tools)
+
+
+def test_a_state_directory_that_cannot_be_written_is_a_note_not_a_failure(node, tmp_path):
+    """A read-only /var or a full disk: opening the lock or saving raised (exit 3, the node stayed in service)."""
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    code, out, _err = run(node, Tools(), "--json", "--state-dir", str(blocked / "state"))
+    payload = json.loads(out)
+    assert code == 0
+    assert payload["healthy"]
+    assert any("cannot open the lock in " in note for note in payload["notes"])
+    tools = Tools(smi=with_counts(H100, 3, uncorrectable=12))
+    code, out, _err = run(node, tools, "--drain", "--state-dir", str(blocked / "state"))
+    assert code == 1
+    assert drain_reason(tools).startswith("gpuops-health: GPU 3 (0000:5d:00.0) ecc_errors: 12 uncorrectable")
+
+
+def test_a_failed_save_is_a_note(node, monkeypatch):
+    from ansible_collections.gpuops.cluster.plugins.module_utils.health import health_state
+
+    def full(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(health_state.tempfile, "mkstemp", full)
+    code, out, _err = run(node, Tools(), "--json")
+    payload = json.loads(out)
+    assert code == 0
+    assert not payload["state_saved"]
+    assert any("state not saved in " in n and "No space left on device" in n for n in payload["notes"])
+
+
+def test_a_configuration_error_drains_with_check_failed(node, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"levle": "quick", "slurm_node_name": "gpu-a01"}))
+    tools = Tools()
+    code, out, _err = run(dict(node, config=str(bad)), tools, "--drain")
+    assert code == node_verdict.EXIT_CONFIG
+    reason = drain_reason(tools)
+    assert reason.startswith("gpuops-health: check failed: configuration: ")
+    assert "unknown key 'levle'" in reason
+    assert "slurm: drained: gpuops-health: check failed" in out
+    # someone else's drain stays
+    tools = Tools(show=SHOW_ADMIN)
+    assert run(dict(node, config=str(bad)), tools, "--drain")[0] == node_verdict.EXIT_CONFIG
+    assert not updates(tools)
+    # without --drain (an operator at the prompt): one line, nothing drained
+    tools = Tools()
+    assert run(dict(node, config=str(bad)), tools)[0] == node_verdict.EXIT_CONFIG
+    assert not tools.calls
+
+
+def test_an_internal_error_drains_with_check_failed(node):
+    tools = Tools(fail=("journalctl",))
+    code, out, _err = run(node, tools, "--drain")
+    assert code == node_verdict.EXIT_ERROR
+    assert drain_reason(tools) == "gpuops-health: check failed: internal error: RuntimeError: journalctl: unexpected"
+    assert out.startswith("gpuops-gpu-health: internal error: RuntimeError")
+
+
+def test_a_fatal_xid_stays_open_until_a_drain_is_confirmed(node):
+    """The cursor moved before the drain: a failed scontrol update lost the Xid for every later run."""
+    first = Tools(log=XID79, update_rc=1)
+    code, _out, err = run(node, first, "--drain")
+    assert code == 1
+    assert "scontrol update failed" in err
+    assert "xid: Xid 79" in drain_reason(first)
+    second = Tools(log=CLEAN)  # the controller is back; the log since the last run has nothing new
+    code, _out, _err = run(node, second, "--drain")
+    journal = next(c for c in second.calls if os.path.basename(c[4]) == "journalctl")
+    assert "--since" in journal
+    assert code == 1
+    assert "xid: Xid 79" in drain_reason(second)
+    third = Tools(log=CLEAN)  # drained and confirmed: acted on
+    assert run(node, third)[0] == 0
+
+
+def test_a_run_without_drain_does_not_consume_the_evidence(node):
+    assert run(node, Tools(log=XID79))[0] == 1  # an operator by hand
+    slurm = Tools(log=CLEAN)
+    assert run(node, slurm, "--drain")[0] == 1  # slurmd's next run
+    assert "Xid 79" in drain_reason(slurm)
+
+
+def test_someone_elses_drain_keeps_the_evidence_until_they_resume(node):
+    kept = Tools(log=XID79, show=SHOW_ADMIN)
+    assert run(node, kept, "--drain")[0] == 1
+    assert not updates(kept)
+    resumed = Tools(log=CLEAN)
+    assert run(node, resumed, "--drain")[0] == 1
+    assert "Xid 79" in drain_reason(resumed)
+
+
+def test_a_reboot_closes_the_evidence(node):
+    assert run(node, Tools(log=XID79))[0] == 1
+    boot_id = node["tmp"] / "root/proc/sys/kernel/random/boot_id"
+    boot_id.write_text("0b9e3f1c-0d4e-4a39-9f60-1d2c3b4a5e6f\n")
+    assert run(node, Tools(log=CLEAN), "--drain")[0] == 0
+
+
+def test_a_run_without_the_lock_reads_from_where_the_last_run_left(node):
+    """It read the whole boot's log and drained again for an Xid handled hours ago."""
+    from ansible_collections.gpuops.cluster.plugins.module_utils.health import health_state
+
+    assert run(node, Tools(log=XID79), "--drain")[0] == 1  # drained, confirmed: acted on
+    holder = health_state.HealthState(str(node["tmp"] / "state"))
+    assert holder.lock(0)
+    try:
+        config = node_command.load_config(node["config"], {"lock_wait": 0})
+        tools = Tools(log=XID79)  # journalctl answers the whole boot; the command must ask since the last run
+        host = node_command.LocalHost(node_command.reader_params(config), runner=tools, environ=node["env"])
+        payload = node_command.run_once(config, host, 2000.0, health_state.HealthState(str(node["tmp"] / "state")))
+    finally:
+        holder.unlock()
+    journal = next(c for c in tools.calls if os.path.basename(c[4]) == "journalctl")
+    assert "--since" in journal
+    assert not payload["state_saved"]
+    assert any("another run holds" in note and "nothing stored" in note for note in payload["notes"])
+
+
+def test_one_time_budget_keeps_the_drain_inside_it(node):
+    """A slow nvidia-smi -q -x then a hung nvlink -s: each within 40 s, together past slurmd's 60 s kill."""
+    clock = FakeClock()
+    slow = {"nvidia-smi -q -x": 8}
+    tools = Tools(smi=with_counts(H100, 3, uncorrectable=12), clock=clock, takes=slow, hang=("nvidia-smi nvlink -s",))
+    config = node_command.load_config(node["config"], {"slurm_drain": True})
+    host = node_command.LocalHost(node_command.reader_params(config), runner=tools, environ=node["env"])
+    start = clock()
+    payload = node_command.run_once(config, host, 1000.0, None, drain_wanted=True, started=start, clock=clock)
+    assert node_command.time_budget(config) == 45
+    assert clock() - start <= 45
+    assert payload["drain"]["done"], payload["drain"]
+    assert "ecc_errors" in payload["reason"]
+    nvlink = next(c for c in payload["checks"] if c["name"] == "nvlink" and c["status"] == "fail")
+    assert "nvidia-smi nvlink -s failed (rc=124)" in nvlink["detail"]
+    tool_limits = [int(c[3]) for c in tools.calls if os.path.basename(c[4]) != "scontrol"]
+    assert tool_limits[0] == 15  # 45 s less the drain's 25 s and a kill grace
+    assert max(tool_limits[1:]) < 15
+
+
+def test_a_tool_left_without_time_is_not_run_and_its_check_fails(node):
+    clock = FakeClock()
+    tools = Tools(clock=clock, takes={"nvidia-smi -q -x": 40})
+    config = node_command.load_config(node["config"], {})
+    host = node_command.LocalHost(node_command.reader_params(config), runner=tools, environ=node["env"])
+    payload = node_command.run_once(config, host, 1000.0, None, started=clock(), clock=clock)
+    assert not payload["healthy"]
+    assert any(c.startswith("not run (the run's time budget was spent): ") for c in payload["commands"])
+    assert [c for c in payload["checks"] if c["status"] == "fail" and "time budget" in c["detail"]]
+
+
+def test_check_config_refuses_a_drain_without_scontrol(node, tmp_path):
+    """slurmd passes no PATH: a configuration that drains must name scontrol."""
+    config = json.loads(Path(node["config"]).read_text())
+    path = tmp_path / "checked.json"
+    path.write_text(json.dumps(config))
+    out = io.StringIO()
+    code = node_command.main(["-c", str(path), "--check-config", "--drain"], environ={}, runner=Tools(), out=out)
+    assert code == node_verdict.EXIT_CONFIG
+    assert "slurm_scontrol_path is not set: slurmd passes no PATH" in out.getvalue()
+    config["slurm_scontrol_path"] = node["env"]["PATH"] + "/scontrol"
+    path.write_text(json.dumps(config))
+    out = io.StringIO()
+    assert node_command.main(["-c", str(path), "--check-config", "--drain"], environ={}, runner=Tools(), out=out) == 0
+    config["levle"] = "quick"
+    path.write_text(json.dumps(config))
+    assert node_command.main(["-c", str(path), "--check-config"], environ={}, runner=Tools(), out=io.StringIO()) == 2
