@@ -15,7 +15,8 @@
 Writes are atomic (a temporary file in the same directory, fsync, then ``os.replace``); concurrent runs (the
 Slurm health check, a prolog, an operator) take ``lock`` in turn. A stored state is checked field by field: one
 that cannot be read, or whose fields have the wrong shape, is set aside (renamed ``state.json.unreadable-<time>``,
-kept for inspection) and the run goes on from a fresh state, saying so. Nothing here raises on a full disk or a
+kept for inspection) and the run goes on from a fresh state; ``set_aside`` says why, for the command to report
+the lost history as a failed check. Nothing here raises on a full disk or a
 read-only directory: ``lock`` and ``save`` return why they could not, and the command notes it.
 """
 
@@ -120,6 +121,7 @@ class HealthState:
         self.path = os.path.join(directory, STATE_FILE)
         self._lock = None
         self.lock_error = None
+        self.set_aside = None  # why the stored state this run loaded was set aside, when it was
 
     def load(self, host=None, set_aside=True):
         """``(state, note)``: the stored state (``empty`` when there is none or it is unusable) and why, or None.
@@ -151,7 +153,9 @@ class HealthState:
         try:
             os.replace(self.path, aside)
         except OSError as error:
+            self.set_aside = "stored state unusable (%s), not set aside: %s" % ("; ".join(found), error)
             return "%s: judged from a fresh state (not set aside: %s)" % (what, error)
+        self.set_aside = "stored state unusable (%s), set aside as %s" % ("; ".join(found), aside)
         return "%s: set aside as %s, judged from a fresh state" % (what, aside)
 
     def save(self, state):

@@ -19,7 +19,9 @@ other than "healthy" or "unhealthy and drained" drains the node with ``gpuops-he
 (a configuration error, an internal error), unless someone else's drain is there already. Fatal kernel-log
 findings stay open across runs until a drain by this command is confirmed in Slurm or the node reboots
 (:mod:`open_findings`): a failed ``scontrol``, a run without ``--drain`` or an operator's drain never consume
-them. A stored state that cannot be used is set aside and a failed save is a note (:mod:`health_state`).
+them. A stored state that cannot be used is set aside (the run goes on from a fresh state, and the lost history
+is a failed check: drained once with that cause when the node is otherwise healthy); a failed save or a lock
+that cannot be opened is a note (:mod:`health_state`).
 
 One time budget bounds the run (``time_budget``, 45 s at level quick: slurmd kills HealthCheckProgram after
 60 s): the lock wait and every tool take their share of it, a tool that would run past it is not run and its
@@ -370,10 +372,14 @@ def run_once(config, host, now, state_store=None, lock_wait=None, drain_wanted=F
         verdict, stored, history_notes = node_history.judge(inputs, verdict, state, now, history_options)
         notes.extend(history_notes)
         reason = node_verdict.reason(verdict)
+        # the node's own history was lost (its open findings, baselines, cursor): a failed check, once
+        check_failed = None
+        if verdict["healthy"] and locked and state_store.set_aside:
+            check_failed = "%s: %s" % (CHECK_FAILED, state_store.set_aside)
         drained = None
-        if not verdict["healthy"] and drain_wanted:
+        if (reason or check_failed) and drain_wanted:
             slurm = NodeReader(host, root=config["root"], deadline=deadline, clock=clock)
-            drained = drain(slurm, host, config, reason)
+            drained = drain(slurm, host, config, reason or check_failed[:MAX_CAUSE])
             reader.commands.extend(slurm.commands)
             if not drained["done"]:
                 notes.append("slurm: %s" % drained["detail"])
@@ -401,6 +407,7 @@ def run_once(config, host, now, state_store=None, lock_wait=None, drain_wanted=F
         "notes": notes,
         "state_saved": saved,
         "open_findings": len(stored["open"]),
+        "check_failed": check_failed,
         "drain": drained,
         "verdict": verdict,
     }
@@ -539,14 +546,14 @@ def main(argv=None, environ=None, runner=subprocess.run, out=None, err=None):
             health_state.write_text_atomic(config["prometheus_textfile"], prometheus_text(verdict, now, duration))
         except OSError as error:
             payload["notes"].append("Prometheus textfile %s not written: %s" % (config["prometheus_textfile"], error))
-    code = node_verdict.exit_code(verdict)
+    code = node_verdict.EXIT_ERROR if payload["check_failed"] else node_verdict.exit_code(verdict)
     payload["exit_code"] = code
     payload["duration_s"] = round(time.monotonic() - started, 3)
     if args.json:
         out.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
         return code
-    if payload["reason"]:
-        out.write(payload["reason"] + "\n")
+    if payload["reason"] or payload["check_failed"]:
+        out.write((payload["reason"] or "%s: %s" % (PROG, payload["check_failed"])) + "\n")
     if args.verbose:
         for check in payload["checks"]:
             if check["status"] == "warn":

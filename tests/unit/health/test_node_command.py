@@ -219,8 +219,9 @@ def test_a_broken_state_file_starts_again_and_says_so(node):
     state.mkdir()
     (state / "state.json").write_text("{not json")
     code, out, _err = run(node, Tools(), "--json")
-    assert code == 0
+    assert code == node_verdict.EXIT_ERROR
     assert any("unreadable" in note for note in json.loads(out)["notes"])
+    assert json.loads(out)["check_failed"].startswith("check failed: stored state unusable (unreadable (")
     assert json.loads((state / "state.json").read_text())["version"] == 1
 
 
@@ -299,15 +300,19 @@ def test_a_state_field_of_the_wrong_shape_is_set_aside_and_the_run_goes_on(node)
     tools = Tools()
     code, out, _err = run(node, tools, "--json", "--drain")
     payload = json.loads(out)
-    assert code == 0
+    assert code == node_verdict.EXIT_ERROR  # the hardware is judged healthy; the node's history was lost
     assert payload["healthy"]
     assert payload["state_saved"]
     assert any("samples has the wrong shape; xids has the wrong shape: set aside as " in n for n in payload["notes"])
+    assert drain_reason(tools).startswith(
+        "gpuops-health: check failed: stored state unusable (samples has the wrong shape; xids has the wrong "
+        "shape), set aside as "
+    )
     aside = [name for name in os.listdir(state) if name.startswith("state.json.unreadable-")]
     assert len(aside) == 1
     assert json.loads((state / aside[0]).read_text())["samples"] == [{"time": "yesterday"}]  # kept for inspection
     assert json.loads((state / "state.json").read_text())["samples"][0]["time"] > 0
-    assert not updates(tools)
+    assert run(node, Tools(), "--drain")[0] == 0  # once: the fresh state is good
 
 
 def test_a_state_directory_that_cannot_be_written_is_a_note_not_a_failure(node, tmp_path):
