@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_bounded
+
 APPLY_LIVE_CHOICES = ("auto", "always", "never")
 
 
@@ -89,5 +91,5 @@ def detect(module, root: str):
     binary = module.get_bin_path("systemd-detect-virt")
     if not binary:
         return None
-    _rc, out, _err = module.run_command([binary, "--container"], environ_update={"LC_ALL": "C"})
+    _rc, out, _err = run_bounded(module, [binary, "--container"], "detect a container", environ_update={"LC_ALL": "C"})
     return decide({}, out)

@@ -139,6 +139,14 @@ options:
             values.
         type: path
         default: /etc/apt
+  command_timeout:
+    description:
+      - Seconds each command other than the index query may take (C(dpkg-query) or C(rpm -q), C(nvidia-smi),
+        C(lspci), C(systemctl)); every command runs under coreutils C(timeout).
+      - A command that does not answer in time fails the module, naming it (a hung GPU fails the read, it is never
+        reported as a node without GPUs).
+    type: int
+    default: 60
   nvswitch_pci_ids:
     description:
       - NVIDIA (vendor C(10de)) PCI device ids that are NVSwitch functions.
@@ -313,7 +321,7 @@ ansible_facts:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import READ_LIMIT, run_bounded, use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
     apt_pinning,
@@ -338,7 +346,7 @@ def query_apt(module, names, params):
     parsed = {}
     if names:
         argv = [dpkg_query, "-W", "-f=${Package}\\t${Version}\\t${Status}\\n", *names]
-        rc, out, err = module.run_command(argv)
+        rc, out, err = run_bounded(module, argv, "read the installed packages", params["command_timeout"])
         if rc not in (0, 1):
             module.fail_json(msg=f"dpkg-query failed: {first_line(err, out)}", rc=rc, stdout=out, stderr=err, cmd=argv)
         try:
@@ -360,7 +368,7 @@ def query_dnf(module, names, params):
     parsed = {}
     if names:
         argv = [rpm, "-q", "--qf", rpm_versionlock.RPM_QUERY_FORMAT, *names]
-        rc, out, err = module.run_command(argv)
+        rc, out, err = run_bounded(module, argv, "read the installed packages", params["command_timeout"])
         try:
             parsed = rpm_versionlock.parse_rpm_query(out)
         except rpm_versionlock.VersionlockError as exc:
@@ -371,15 +379,10 @@ def query_dnf(module, names, params):
     return installed, pins, None, dict.fromkeys(names)
 
 
-def run_bounded(module, argv, timeout, doing):
-    """``argv``'s output, the command bounded by ``timeout`` seconds (``timeout`` when the node has it); a command
-    that does not answer in time or fails fails the module, saying what it was doing."""
-    limiter = module.get_bin_path("timeout")
-    if limiter:
-        argv = [limiter, str(timeout), *argv]
-    rc, out, err = module.run_command(argv)
-    if limiter and rc == 124:
-        module.fail_json(msg=f"{argv[2]} did not answer in {timeout} s: check the node's repositories", cmd=argv)
+def read_bounded(module, argv, timeout, doing):
+    """``argv``'s output, the command bounded by ``timeout`` seconds; a command that does not answer in time or
+    fails fails the module, saying what it was doing."""
+    rc, out, err = run_bounded(module, argv, doing, timeout, hint="check the node's repositories")
     if rc != 0:
         module.fail_json(msg=f"could not {doing}: {first_line(err, out)}", rc=rc, cmd=argv)
     return out
@@ -395,7 +398,7 @@ def read_index(module, manager, names, timeout):
         tool = module.get_bin_path("dnf", required=True)
         argv = [tool, "repoquery", "-q", "--showduplicates", "--qf", package_index.DNF_QUERY_FORMAT, *names]
         parse = package_index.parse_dnf_repoquery
-    out = run_bounded(module, argv, timeout, "read the package index")
+    out = read_bounded(module, argv, timeout, "read the package index")
     try:
         return parse(out)
     except package_index.PackageIndexError as exc:
@@ -422,7 +425,7 @@ def read_os_repositories(module, manager, os_id, params) -> dict:
             if not os_id.startswith("debian"):
                 return {"missing": []}
             argv = [module.get_bin_path("apt-cache", required=True), "policy"]
-            out = run_bounded(module, argv, params["timeout"], "list apt's sources")
+            out = read_bounded(module, argv, params["timeout"], "list apt's sources")
             keyring = (
                 os_repositories.DEBIAN_ARCHIVE_KEYRING
                 if os.path.exists(os_repositories.DEBIAN_ARCHIVE_KEYRING)
@@ -466,7 +469,13 @@ def nvml(module):
     if not smi:
         return None, "nvidia-smi not found (driver utilities not installed)"
     argv = [smi, f"--query-gpu={stack_facts.NVIDIA_SMI_QUERY}", "--format=csv,noheader"]
-    rc, out, err = module.run_command(argv)
+    rc, out, err = run_bounded(
+        module,
+        argv,
+        "read the GPUs with nvidia-smi --query-gpu",
+        module.params["command_timeout"],
+        hint="a GPU or the driver may be hung: run nvidia-smi on the node, and drain or reboot it",
+    )
     if rc != 0:
         return None, first_line(out, err) or f"nvidia-smi exited with {rc}"
     try:
@@ -489,7 +498,8 @@ def nvswitch(module):
     lspci = module.get_bin_path("lspci")
     if not lspci:
         return {"present": None, "source": "unavailable", "devices": [], "reason": "lspci not found (pciutils)"}
-    rc, out, err = module.run_command([lspci, "-n", "-d", f"{stack_facts.NVIDIA_VENDOR_ID}:"])
+    argv = [lspci, "-n", "-d", f"{stack_facts.NVIDIA_VENDOR_ID}:"]
+    rc, out, err = run_bounded(module, argv, "list the NVSwitches with lspci", module.params["command_timeout"])
     if rc != 0:
         return {"present": None, "source": "unavailable", "devices": [], "reason": first_line(err, out)}
     ids = {
@@ -506,7 +516,7 @@ def services(module, names):
     if not names or not systemctl:
         return {}
     argv = [systemctl, "show", "--property=Id,ActiveState,UnitFileState", "--", *names]
-    rc, out, err = module.run_command(argv)
+    rc, out, err = run_bounded(module, argv, "read the services with systemctl show", module.params["command_timeout"])
     if rc != 0:
         module.fail_json(
             msg="systemctl show failed: %s" % first_line(err, out), rc=rc, stdout=out, stderr=err, cmd=argv
@@ -538,6 +548,7 @@ def main():
             },
             "versionlock_path": {"type": "path", "default": "/etc/dnf/plugins/versionlock.list"},
             "package_manager": {"type": "str", "default": "auto", "choices": ["auto", "apt", "dnf"]},
+            "command_timeout": {"type": "int", "default": READ_LIMIT},
             "index": {
                 "type": "dict",
                 "options": {
@@ -562,6 +573,8 @@ def main():
             manager = "dnf"
         else:
             module.fail_json(msg="neither dpkg-query nor rpm found: this module supports the apt and dnf families")
+    if params["command_timeout"] < 1 or (params["index"] is not None and params["index"]["timeout"] < 1):
+        module.fail_json(msg="command_timeout and index.timeout must be at least 1 second")
     for device_id in params["nvswitch_pci_ids"]:
         if len(device_id) != 4 or any(ch not in "0123456789abcdefABCDEF" for ch in device_id):
             module.fail_json(msg=f"nvswitch_pci_ids: {device_id!r} is not a 4-digit hex PCI device id (like 22a3)")

@@ -78,6 +78,12 @@ options:
   scontrol_path:
     description: Path of C(scontrol). Default is the one on C(PATH).
     type: path
+  command_timeout:
+    description:
+      - Seconds each Slurm command may take (under coreutils C(timeout), which the host must have); the module fails,
+        saying so, when one takes longer.
+    type: int
+    default: 60
 extends_documentation_fragment:
   - gpuops.cluster.attributes
   - gpuops.cluster.attributes.platform
@@ -182,8 +188,10 @@ commands:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_bounded, use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import slurm_node
+
+SLURM_HINT = "check slurmctld (scontrol ping) from this host, or raise command_timeout"
 
 
 class SlurmReader:
@@ -194,9 +202,14 @@ class SlurmReader:
         self.sinfo = sinfo
         self.use_json = True
 
+    def run(self, argv):
+        return run_bounded(
+            self.module, argv, "read the node with sinfo", self.module.params["command_timeout"], hint=SLURM_HINT
+        )
+
     def read(self, name):
         if self.use_json:
-            rc, out, err = self.module.run_command(slurm_node.sinfo_json_argv(self.sinfo))
+            rc, out, err = self.run(slurm_node.sinfo_json_argv(self.sinfo))
             if rc == 0:
                 try:
                     nodes = slurm_node.parse_sinfo_json(out)
@@ -207,7 +220,7 @@ class SlurmReader:
             else:
                 self.use_json = False
         argv = slurm_node.sinfo_text_argv(self.sinfo, name)
-        rc, out, err = self.module.run_command(argv)
+        rc, out, err = self.run(argv)
         if rc != 0:
             self.module.fail_json(
                 msg="%s failed: check that Slurm's client works on this host (munge, slurm.conf) and run the task "
@@ -233,7 +246,7 @@ class SlurmReader:
 
 def _scontrol(module, argv, commands):
     commands.append(" ".join(argv))
-    rc, out, err = module.run_command(argv)
+    rc, out, err = run_bounded(module, argv, "run scontrol", module.params["command_timeout"], hint=SLURM_HINT)
     if rc != 0:
         module.fail_json(
             msg="%s failed: check the node name and that this host may run scontrol as a Slurm operator"
@@ -263,6 +276,7 @@ def main():
             "resume_wait": {"type": "int", "default": 120},
             "sinfo_path": {"type": "path"},
             "scontrol_path": {"type": "path"},
+            "command_timeout": {"type": "int", "default": 60},
         },
         required_if=[("state", "drained", ["run_id"])],
         supports_check_mode=True,
@@ -272,6 +286,8 @@ def main():
     name, state, prefix = params["node"], params["state"], params["reason_prefix"]
     if params["wait_timeout"] < 0 or params["poll_interval"] < 1:
         module.fail_json(msg="wait_timeout must be >= 0 and poll_interval >= 1")
+    if params["command_timeout"] < 1:
+        module.fail_json(msg="command_timeout must be at least 1 second")
     try:
         reason = slurm_node.make_reason(prefix, params["run_id"], params["reason"]) if state == "drained" else None
     except ValueError as exc:

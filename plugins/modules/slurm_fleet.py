@@ -53,8 +53,8 @@ options:
     type: path
   command_timeout:
     description:
-      - Seconds each Slurm command may take (through C(timeout) when the host has it); the module fails, saying so,
-        when one takes longer.
+      - Seconds each Slurm command may take (under coreutils C(timeout), which the host must have); the module fails,
+        saying so, when one takes longer.
     type: int
     default: 60
 extends_documentation_fragment:
@@ -196,7 +196,7 @@ slurm:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_bounded, use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import slurm_node
 
 SLURM_CLIENT_HINT = (
@@ -205,7 +205,6 @@ SLURM_CLIENT_HINT = (
 )
 # At most this many of the known names in the message about unknown ones.
 KNOWN_NAMES_SHOWN = 20
-TIMED_OUT = 124
 
 
 def _unknown_message(missing, nodes_info):
@@ -221,25 +220,21 @@ def _unknown_message(missing, nodes_info):
 
 
 class SlurmCommands:
-    """Runs Slurm's clients as argv lists, each bounded by ``timeout`` seconds when the host has ``timeout``."""
+    """Runs Slurm's clients as argv lists, each bounded by ``timeout`` seconds (``command_runner.run_bounded``)."""
 
     def __init__(self, module, seconds):
         self.module = module
         self.seconds = seconds
-        self.limiter = module.get_bin_path("timeout")
 
     def run(self, argv, label):
         """``(rc, out, err)`` of ``argv``; fails the module, naming ``label``, when it ran past the timeout."""
-        full = [self.limiter, str(self.seconds), *argv] if self.limiter else list(argv)
-        rc, out, err = self.module.run_command(full)
-        if self.limiter and rc == TIMED_OUT:
-            self.module.fail_json(
-                msg="%s did not answer in %d s: check slurmctld (scontrol ping), or raise command_timeout"
-                % (label, self.seconds),
-                cmd=full,
-                rc=rc,
-            )
-        return rc, out, err
+        return run_bounded(
+            self.module,
+            argv,
+            "run %s" % label,
+            self.seconds,
+            hint="check slurmctld (scontrol ping), or raise command_timeout",
+        )
 
     def checked(self, argv, label, what):
         """Stdout of ``argv``; fails the module (:meth:`fail`) when it exits non-zero."""

@@ -9,7 +9,9 @@ community.general's ``tests/unit/plugins/modules/utils.py`` pattern:
   carrying the result, which must be JSON (as Ansible would send it back);
 - ``run_command`` is a :class:`FakeCommands` that answers by argv and records every call,
   checks that commands are argv lists and that they run in the C locale (whether the module
-  called ``command_runner.use_c_locale`` once or passes ``environ_update`` per call);
+  called ``command_runner.use_c_locale`` once or passes ``environ_update`` per call); with
+  ``inside_timeout=True`` an answer written for a command also answers it run under coreutils
+  ``timeout`` (``command_runner.run_bounded``); :func:`unbounded` gives a fallback the command inside;
 - ``get_bin_path`` is a :class:`FakeBins`.
 
 Typical use, in a conftest or a test::
@@ -83,6 +85,26 @@ def set_module_args(args=None, check_mode=False, diff=False):
     return patch_module_args(full)
 
 
+def unbounded(argv):
+    """The command inside a coreutils ``timeout`` wrapper (``timeout [-k N] N argv...``); other argv as given."""
+    argv = list(argv)
+    if not argv or os.path.basename(argv[0]) != "timeout":
+        return argv
+    rest = argv[1:]
+    while rest and rest[0].startswith("-"):
+        rest = rest[2:] if rest[0] in ("-k", "-s", "--kill-after", "--signal") else rest[1:]
+    return rest[1:]
+
+
+def bound_of(argv):
+    """The seconds of the coreutils ``timeout`` wrapping ``argv``, or None when it runs without a time limit."""
+    argv = list(argv)
+    if not argv or os.path.basename(argv[0]) != "timeout":
+        return None
+    inner = unbounded(argv)
+    return int(argv[len(argv) - len(inner) - 1])
+
+
 def _key(command):
     return tuple(command.split()) if isinstance(command, str) else tuple(command)
 
@@ -101,8 +123,9 @@ class FakeCommands:
     ``run_command_environ_update`` updated by the call's ``environ_update``).
     """
 
-    def __init__(self, answers=None, fallback=None, default=None, require_c_locale=True):
+    def __init__(self, answers=None, fallback=None, default=None, require_c_locale=True, inside_timeout=False):
         self.answers = {}
+        self.inside_timeout = inside_timeout
         self.fallback = fallback
         self.default = default
         self.require_c_locale = require_c_locale
@@ -127,8 +150,11 @@ class FakeCommands:
         return best
 
     def answer(self, argv):
-        """The ``(rc, stdout, stderr)`` for ``argv``."""
+        """The ``(rc, stdout, stderr)`` for ``argv``; with ``inside_timeout``, a command under ``timeout`` takes
+        the answer of the one inside unless an answer names ``timeout`` itself (a fallback gets ``argv`` as run)."""
         found = self._lookup(argv)
+        if found is None and self.inside_timeout and bound_of(argv) is not None:
+            found = self._lookup(unbounded(argv))
         if found is not None:
             answer = found[1]
         elif self.fallback is not None:
@@ -157,8 +183,12 @@ class FakeCommands:
         return rc, out, err
 
     def of(self, tool):
-        """The calls of one binary (by base name)."""
-        return [call for call in self.calls if os.path.basename(call[0]) == tool]
+        """The calls of one binary (by base name; a call under ``timeout`` by the command inside)."""
+        return [
+            call
+            for call in self.calls
+            if os.path.basename(call[0]) == tool or os.path.basename((unbounded(call) or [""])[0]) == tool
+        ]
 
 
 class FakeBins:
@@ -238,14 +268,19 @@ class ModuleHarness:
 def make_run_module(monkeypatch):
     """The kernel tuning tests' ``run_module(module, args, run_command=None, bins=None, check_mode=False,
     diff=False)``: ``run_command`` answers every argv (default ``(0, "", "")``), ``bins`` maps names to
-    paths (default: none found); the result carries ``_commands`` and ``_failed``, failures included."""
+    paths (default: none found but coreutils ``timeout``, which every node has); the result carries
+    ``_commands`` (each command as the module asked for it, without its ``timeout`` wrapper) and
+    ``_failed``, failures included. Every command must run under ``timeout``."""
 
     def run_module(module, args, run_command=None, bins=None, check_mode=False, diff=False):
-        commands = FakeCommands(fallback=run_command, default=(0, "", ""))
-        harness = ModuleHarness(monkeypatch, commands=commands, bins=dict(bins or {}))
+        fallback = (lambda argv: run_command(unbounded(argv))) if run_command else None
+        commands = FakeCommands(fallback=fallback, default=(0, "", ""), inside_timeout=True)
+        harness = ModuleHarness(monkeypatch, commands=commands, bins={"timeout": "/usr/bin/timeout", **(bins or {})})
         ended = harness.outcome(module, args, check_mode=check_mode, diff=diff)
+        unbounded_calls = [call for call in commands.calls if bound_of(call) is None]
+        assert not unbounded_calls, "commands run without a time limit: %s" % unbounded_calls
         result = dict(ended.result)
-        result["_commands"] = commands.calls
+        result["_commands"] = [unbounded(call) for call in commands.calls]
         result["_failed"] = ended.failed
         return result
 

@@ -1,16 +1,24 @@
-"""The shared helpers every module uses: the C locale once per module, checked commands, one file reader."""
+"""The shared helpers every module uses: the C locale once per module, bounded and checked commands, one file
+reader."""
 
 from __future__ import annotations
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils import command_runner, file_reader
 
+BOUND = ["/usr/bin/timeout", "-k", "5", "60"]
+
 
 class Module:
-    def __init__(self, rc=0, out="", err=""):
+    def __init__(self, rc=0, out="", err="", timeout="/usr/bin/timeout"):
         self.answer = (rc, out, err)
         self.calls = []
         self.run_command_environ_update = {}
+        self.timeout = timeout
+
+    def get_bin_path(self, name, required=False):
+        assert name == "timeout"
+        return self.timeout
 
     def run_command(self, argv, **kwargs):
         self.calls.append((argv, kwargs))
@@ -30,7 +38,7 @@ def test_c_locale_is_set_once_on_the_module():
 def test_run_checked_returns_output_and_passes_the_argv_list():
     module = Module(out="ok\n")
     assert command_runner.run_checked(module, ("sysctl", "-p", "/etc/x"), "reload") == ("ok\n", "")
-    assert module.calls == [(["sysctl", "-p", "/etc/x"], {})]
+    assert module.calls == [([*BOUND, "sysctl", "-p", "/etc/x"], {})]
 
 
 def test_run_checked_fails_with_what_rc_and_output_attached():
@@ -44,6 +52,28 @@ def test_run_checked_fails_with_what_rc_and_output_attached():
         "line one\nsysctl: permission denied\n",
         ["sysctl", "-p"],
     )
+
+
+@pytest.mark.parametrize("rc", [124, 137])
+def test_a_command_that_runs_out_of_time_fails_and_says_so(rc):
+    module = Module(rc=rc)
+    with pytest.raises(RuntimeError) as failure:
+        command_runner.run_bounded(module, ["/usr/bin/nvidia-smi", "-L"], "list the GPUs", 20, hint="check the GPUs")
+    result = failure.value.args[0]
+    assert result["msg"] == (
+        "could not list the GPUs: /usr/bin/nvidia-smi did not finish in 20 s and was stopped. check the GPUs"
+    )
+    assert result["timed_out"] is True
+    assert result["cmd"] == ["/usr/bin/timeout", "-k", "5", "20", "/usr/bin/nvidia-smi", "-L"]
+    with pytest.raises(RuntimeError, match="did not finish in 60 s"):
+        command_runner.run_checked(Module(rc=rc), ["sysctl", "-p"], "reload")
+
+
+def test_no_command_runs_without_coreutils_timeout():
+    module = Module(timeout=None)
+    with pytest.raises(RuntimeError, match="coreutils timeout was not found on the node"):
+        command_runner.run_bounded(module, ["sysctl", "-p"], "reload")
+    assert module.calls == []
 
 
 def test_read_value_strips_and_defaults(tmp_path):

@@ -12,7 +12,11 @@ from __future__ import annotations
 import os
 
 from ansible_collections.gpuops.cluster.plugins.module_utils import managed_file
-from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_checked
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import (
+    CHANGE_LIMIT,
+    run_bounded,
+    run_checked,
+)
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
     apt_pinning,
     pin_plan,
@@ -79,7 +83,8 @@ def read_dnf(module):
         return before, []
     dnf = module.get_bin_path("dnf", required=True)
     module_name = stream.partition(":")[0]
-    rc, out, err = module.run_command([dnf, "-q", "module", "list", "--enabled", module_name])
+    argv = [dnf, "-q", "module", "list", "--enabled", module_name]
+    rc, out, err = run_bounded(module, argv, "list the enabled dnf module streams", CHANGE_LIMIT, FIX_HINT)
     if rc != 0 and "No matching Modules" not in (out + err):
         module.fail_json(
             msg=f"dnf module list failed: {(err or out).strip()}; check the repository for {module_name}",
@@ -154,9 +159,9 @@ def run(module) -> dict:
     if changed and not module.check_mode:
         # module streams before locks; files before holds so a failed hold leaves the pins written
         for argv in plan["stream_commands"]:
-            run_checked(module, argv, "switch the dnf module stream", FIX_HINT)
+            run_checked(module, argv, "switch the dnf module stream", FIX_HINT, seconds=CHANGE_LIMIT)
         for change in changed_files:
             write_text(module, change["path"], change["after"])
         for argv in plan["hold_commands"]:
-            run_checked(module, argv, f"run apt-mark {argv[1]}", FIX_HINT)
+            run_checked(module, argv, f"run apt-mark {argv[1]}", FIX_HINT, seconds=CHANGE_LIMIT)
     return pin_plan.result(manager, pins, plan, diff=module._diff)

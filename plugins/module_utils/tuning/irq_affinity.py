@@ -18,7 +18,7 @@ import os
 import re
 
 from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file
-from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_checked
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_bounded, run_checked
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import owned_files
 
@@ -415,7 +415,7 @@ def _systemctl(module, root, *args):
     if not container_detection.is_running_system(root):
         argv.append(f"--root={root}")
     argv.extend(args)
-    rc, out, _err = module.run_command(argv)
+    rc, out, _err = run_bounded(module, argv, "ask systemctl about irqbalance", hint="check systemd on the node")
     return rc, out.strip()
 
 

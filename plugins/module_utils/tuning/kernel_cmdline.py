@@ -16,7 +16,11 @@ import os
 import re
 
 from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file
-from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_checked
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import (
+    CHANGE_LIMIT,
+    run_bounded,
+    run_checked,
+)
 
 VARIABLE = "GRUB_CMDLINE_LINUX"
 _ASSIGNMENT = re.compile(r"^(?P<lead>\s*(?:export\s+)?)GRUB_CMDLINE_LINUX=(?P<value>.*?)(?P<trail>\s*(?:#.*)?)$")
@@ -283,7 +287,13 @@ def _grub_default(module, root, add, remove, result, skip_reason):
         if not module.check_mode:
             managed_file.write_atomic(module, path, after, mode=None, create_parent=True)
             if command:
-                rc, out, err = module.run_command(command)
+                rc, out, err = run_bounded(
+                    module,
+                    command,
+                    "rebuild the grub configuration",
+                    CHANGE_LIMIT,
+                    hint=f"{path} is already edited: check the grub configuration and rerun",
+                )
                 if rc != 0:
                     module.fail_json(
                         msg=f"{' '.join(command)} failed (rc={rc}); {path} is already edited: fix the grub "
@@ -325,7 +335,9 @@ def _grubby(module, root, add, remove, result, skip_reason):
         return False
     result["command"] = command
     if not module.check_mode:
-        run_checked(module, command, "change the kernel arguments", hint="check the arguments and /boot")
+        run_checked(
+            module, command, "change the kernel arguments", hint="check the arguments and /boot", seconds=CHANGE_LIMIT
+        )
     return True
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_bounded
 
 HEADER = (
     "# Managed by gpuops.cluster.sysctl_profile: edits here are overwritten.\n"
@@ -241,7 +242,7 @@ def run(module) -> dict:
             managed_file.write_atomic(module, path, content, create_parent=True)
         if to_apply:
             if result["command"]:
-                rc, out, err = module.run_command(result["command"])
+                rc, out, err = run_bounded(module, result["command"], "apply the sysctls live")
             else:
                 # apply_live=always under another root (a chroot with its own /proc mounted): write its
                 # /proc/sys directly. sysctl itself would act on the machine running this module.

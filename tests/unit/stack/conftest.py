@@ -2,14 +2,16 @@
 
 The harness's ``run_command`` and ``get_bin_path`` ask a ``FakeNode`` that
 answers apt-mark, apt-cache, dpkg-query, rpm, dnf, nvidia-smi and lspci from its state and
-records every argv; ``exit_json``/``fail_json`` raise so a test reads the result.
+records every argv (the command inside its coreutils ``timeout``: every node has coreutils, and every
+command must run under it, which ``run_module`` checks); ``exit_json``/``fail_json`` raise so a test reads
+the result.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.unit.module_harness import AnsibleFailJson, FakeCommands, ModuleHarness
+from tests.unit.module_harness import AnsibleFailJson, FakeCommands, ModuleHarness, bound_of, unbounded
 
 
 class FakeNode:
@@ -31,10 +33,11 @@ class FakeNode:
         self.calls: list[list[str]] = []
 
     def bin_path(self, name):
-        return f"/usr/bin/{name}" if name in self.binaries else None
+        return f"/usr/bin/{name}" if name in self.binaries or name == "timeout" else None
 
     def answer(self, args):
         """The harness's answer to every command (it has checked the argv list and the C locale)."""
+        args = unbounded(args)
         self.calls.append(list(args))
         tool = args[0].rsplit("/", 1)[-1]
         key = " ".join([tool, *args[1:2]])
@@ -136,7 +139,11 @@ def run_module(harness, node):
     """``run_module(main, args, check=False, diff=False)`` -> result dict; raises ``run_module.Fail`` on fail_json."""
 
     def run(main, args, check=False, diff=False):
-        return harness.run(main, args, check_mode=check, diff=diff)
+        try:
+            return harness.run(main, args, check_mode=check, diff=diff)
+        finally:
+            unbounded = [call for call in harness.commands.calls if bound_of(call) is None]
+            assert not unbounded, "commands run without a time limit: %s" % unbounded
 
     run.Fail = AnsibleFailJson
     return run

@@ -323,3 +323,37 @@ def test_the_plan_moves_what_differs_and_restarts_every_wanted_service(run_modul
 def test_without_wanted_services_the_plan_starts_none(run_module, converged, files):
     facts = facts_of(run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED)))
     assert facts["plan"] == {"move": [], "reboot_reasons": [], "start": [], "load": False}
+
+
+def test_every_command_runs_under_timeout_nvidia_smi_included(run_module, converged, files, harness):
+    converged.binaries.add("systemctl")
+    args = dict(files, requested=REQUESTED, services=["nvidia-persistenced"], command_timeout=20)
+    run_module(gpu_stack_facts.main, args)
+    bounds = {call[4].rsplit("/", 1)[-1]: call[:4] for call in harness.commands.calls}
+    assert sorted(bounds) == ["dpkg-query", "lspci", "nvidia-smi", "systemctl"]
+    assert all(bound == ["/usr/bin/timeout", "-k", "5", "20"] for bound in bounds.values())
+
+
+@pytest.mark.parametrize("rc", [124, 137])
+def test_a_hung_nvidia_smi_fails_the_read_instead_of_reporting_no_gpus(run_module, converged, files, rc):
+    converged.nvidia_smi = (rc, "", "")
+    with pytest.raises(run_module.Fail) as failed:
+        run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED))
+    result = failed.value.result
+    assert result["msg"] == (
+        "could not read the GPUs with nvidia-smi --query-gpu: /usr/bin/nvidia-smi did not finish in 60 s and was "
+        "stopped. a GPU or the driver may be hung: run nvidia-smi on the node, and drain or reboot it"
+    )
+    assert result["timed_out"] is True
+    assert result["cmd"][:4] == ["/usr/bin/timeout", "-k", "5", "60"]
+
+
+def test_a_hung_package_query_fails_naming_it(run_module, converged, files):
+    converged.fail["dpkg-query -W"] = (124, "", "")
+    with pytest.raises(run_module.Fail, match="could not read the installed packages: /usr/bin/dpkg-query did not"):
+        run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED))
+
+
+def test_command_timeout_below_one_second_is_refused(run_module, converged, files):
+    with pytest.raises(run_module.Fail, match=r"command_timeout and index\.timeout must be at least 1 second"):
+        run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED, command_timeout=0))

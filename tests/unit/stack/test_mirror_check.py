@@ -18,7 +18,7 @@ from ansible_collections.gpuops.cluster.plugins.filter import mirror_check as mi
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import mirror_check, os_repositories, package_index
 from ansible_collections.gpuops.cluster.plugins.modules import gpu_stack_facts
 
-from tests.unit.module_harness import AnsibleFailJson
+from tests.unit.module_harness import AnsibleFailJson, unbounded
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 INDEX = FIXTURES / "package_index"
@@ -136,9 +136,8 @@ def fixture_read_on(harness, node, tmp_path):
         fallback = node.answer
 
         def answer(args):
+            args = unbounded(args)
             tool = args[0].rsplit("/", 1)[-1]
-            if tool == "timeout":
-                tool, args = args[2].rsplit("/", 1)[-1], args[2:]
             if tool == "apt-cache" and args[1:] == ["policy"]:
                 assert policy is not None, "the node's apt-cache policy was read: give the test its capture"
                 return 0, policy, ""

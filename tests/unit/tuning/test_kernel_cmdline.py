@@ -212,8 +212,10 @@ def test_run_as_a_part_returns_what_the_module_returns(make_tree, monkeypatch, a
     root, _unused = make_tree("one_socket")
     (root / "boot/loader/entries").mkdir(parents=True)
     options = {"args": ["iommu=pt"], "remove_args": ["rhgb"], "root": str(root), "apply_live": "always"}
-    commands = FakeCommands({"grubby --info=ALL": GRUBBY_INFO})
-    harness = ModuleHarness(monkeypatch, commands=commands, bins={"grubby": "/usr/sbin/grubby"})
+    commands = FakeCommands({"grubby --info=ALL": GRUBBY_INFO}, inside_timeout=True)
+    harness = ModuleHarness(
+        monkeypatch, commands=commands, bins={"grubby": "/usr/sbin/grubby", "timeout": "/usr/bin/timeout"}
+    )
     expected = harness.run(module, options, check_mode=True, diff=True)
     assert expected["changed"] is True
     assert expected["bootloader"] == "grubby"
@@ -226,7 +228,7 @@ def test_run_as_a_part_returns_what_the_module_returns(make_tree, monkeypatch, a
     use_c_locale(host)
     commands.calls.clear()
     assert json.loads(json.dumps(kc.run(Part(host, params)))) == expected
-    assert commands.calls == module_calls == [["/usr/sbin/grubby", "--info=ALL"]]
+    assert commands.calls == module_calls == [["/usr/bin/timeout", "-k", "5", "60", "/usr/sbin/grubby", "--info=ALL"]]
 
     both = dict(options, remove_args=["iommu"])
     with pytest.raises(PartFailed) as failed:

@@ -11,7 +11,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.module_parts import
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import pcie_acs
 from ansible_collections.gpuops.cluster.plugins.modules import pcie_acs as module
 
-from tests.unit.module_harness import FakeCommands, ModuleHarness, set_module_args
+from tests.unit.module_harness import FakeCommands, ModuleHarness, set_module_args, unbounded
 
 LSPCI = """0000:15:01.0 PCI bridge: Broadcom / LSI PEX890xx PCIe Gen 5 Switch (rev b0) (prog-if 00 [Normal decode])
 \tControl: I/O+ Mem+ BusMaster+ SpecCycle- MemWINV- VGASnoop- ParErr+ Stepping- SERR+ FastB2B- DisINTx+
@@ -85,8 +85,8 @@ def test_module_without_lspci_warns(run_module):
 def test_run_as_a_part_returns_what_the_module_returns(monkeypatch, run_module, args, check_mode):
     bins = {"lspci": "/usr/bin/lspci", "setpci": "/usr/bin/setpci"}
     expected = run_module(module, args, run_command=lspci, bins=bins, check_mode=check_mode)
-    commands = FakeCommands(fallback=lspci, default=(0, "", ""))
-    ModuleHarness(monkeypatch, commands=commands, bins=bins)
+    commands = FakeCommands(fallback=lambda argv: lspci(unbounded(argv)), default=(0, "", ""))
+    ModuleHarness(monkeypatch, commands=commands, bins=dict(bins, timeout="/usr/bin/timeout"))
     with set_module_args({}, check_mode=check_mode):
         outer = AnsibleModule(argument_spec={}, supports_check_mode=True)
     use_c_locale(outer)
@@ -94,4 +94,5 @@ def test_run_as_a_part_returns_what_the_module_returns(monkeypatch, run_module, 
     assert errors == []
     result = json.loads(json.dumps(pcie_acs.run(Part(outer, params))))
     assert result == {key: value for key, value in expected.items() if not key.startswith("_")}
-    assert commands.calls == expected["_commands"]
+    assert [unbounded(call) for call in commands.calls] == expected["_commands"]
+    assert all(call[:4] == ["/usr/bin/timeout", "-k", "5", "60"] for call in commands.calls)

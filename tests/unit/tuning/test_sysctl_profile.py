@@ -13,7 +13,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.module_parts import
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import sysctl_profile as sp
 from ansible_collections.gpuops.cluster.plugins.modules import sysctl_profile as module
 
-from tests.unit.module_harness import FakeCommands, ModuleHarness, set_module_args
+from tests.unit.module_harness import FakeCommands, ModuleHarness, set_module_args, unbounded
 
 PROFILE = {
     "kernel.numa_balancing": 0,
@@ -249,19 +249,27 @@ def test_run_as_a_part_returns_what_the_module_returns(make_tree, run_module, as
     root, _unused = make_tree("two_socket")
     options = args(root, sysctls={"vm.swappiness": 1, "net.ipv4.tcp_rmem": [4096, 87380, 134217728]})
     bins = {"sysctl": "/usr/sbin/sysctl"}
-    commands = FakeCommands(fallback=fake_sysctl(root))
-    ModuleHarness(monkeypatch, commands=commands, bins=bins)
+    commands = FakeCommands(fallback=lambda argv: fake_sysctl(root)(unbounded(argv)))
+    ModuleHarness(monkeypatch, commands=commands, bins=dict(bins, timeout="/usr/bin/timeout"))
     with set_module_args({}, diff=True):
         execution = use_c_locale(basic.AnsibleModule(argument_spec={}, supports_check_mode=True))
     params, errors = validate(sp.MODULE_KWARGS, options)
     assert errors == []
     as_part = json.loads(json.dumps(sp.run(Part(execution, params))))
     assert as_part["changed"] is True
-    assert commands.calls == [["/usr/sbin/sysctl", "-p", as_part["path"]]]
+    assert commands.calls == [["/usr/bin/timeout", "-k", "5", "60", "/usr/sbin/sysctl", "-p", as_part["path"]]]
 
     shutil.rmtree(root)
     root, _unused = make_tree("two_socket")  # the same tree again, at the same path
     as_module = run_module(module, options, run_command=fake_sysctl(root), bins=bins, diff=True)
-    assert as_module.pop("_commands") == commands.calls
+    assert as_module.pop("_commands") == [unbounded(call) for call in commands.calls]
     assert as_module.pop("_failed") is False
     assert as_part == as_module
+
+
+def test_module_a_hung_sysctl_fails_saying_so(make_tree, run_module, as_running_system):
+    root, _unused = make_tree("two_socket")
+    result = run_module(module, args(root), run_command=lambda argv: (124, "", ""), bins={"sysctl": "/usr/sbin/sysctl"})
+    assert result["_failed"] is True
+    assert result["msg"] == "could not apply the sysctls live: /usr/sbin/sysctl did not finish in 60 s and was stopped"
+    assert result["timed_out"] is True

@@ -7,7 +7,7 @@ import json
 import pytest
 from ansible_collections.gpuops.cluster.plugins.modules import slurm_drain
 
-from tests.unit.module_harness import AnsibleFailJson, FakeCommands, ModuleHarness
+from tests.unit.module_harness import AnsibleFailJson, FakeCommands, ModuleHarness, unbounded
 
 RUN = "r20261202-1"
 
@@ -28,7 +28,9 @@ class FakeSlurm:
         self.clock = 0.0
 
     def answer(self, args):
-        """The harness's answer to every command (it has checked the argv list and the C locale)."""
+        """The harness's answer to every command (it has checked the argv list and the C locale), by the command
+        inside its ``timeout``."""
+        args = unbounded(args)
         self.calls.append(list(args))
         tool = args[0].rsplit("/", 1)[-1]
         if tool == "sinfo":
@@ -273,3 +275,16 @@ def test_someone_elses_down_is_never_resumed_again(slurm, run):
     result = run({"node": "n1", "state": "resumed"})
     assert result["changed"] is False
     assert slurm.scontrol_calls() == []
+
+
+def test_every_slurm_command_is_bounded_and_a_hung_one_fails(slurm, run, harness):
+    run({"node": "n1", "state": "drained", "run_id": RUN, "command_timeout": 30})
+    assert harness.commands.calls
+    assert all(call[:4] == ["/usr/bin/timeout", "-k", "5", "30"] for call in harness.commands.calls)
+    harness.commands.add("timeout -k 5 60 /usr/bin/sinfo", (124, "", ""))
+    failure = harness.fail(slurm_drain, {"node": "n1", "state": "status"})
+    assert failure["msg"] == (
+        "could not read the node with sinfo: /usr/bin/sinfo did not finish in 60 s and was stopped. "
+        "check slurmctld (scontrol ping) from this host, or raise command_timeout"
+    )
+    assert "at least 1 second" in harness.fail(slurm_drain, {"node": "n1", "command_timeout": 0})["msg"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.gpuops.cluster.plugins.modules import slurm_fleet
 
-from tests.unit.module_harness import AnsibleFailJson, FakeCommands, ModuleHarness
+from tests.unit.module_harness import AnsibleFailJson, FakeCommands, ModuleHarness, unbounded
 
 SLURM = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
 SCONTROL_24_11 = (SLURM / "scontrol-nodes-24.11-lab.json").read_text()
@@ -25,16 +25,17 @@ HAND_MADE_22_05 = (SLURM / "sinfo-22.05-mixed-states.json").read_text()
 # When the 22.05 capture was taken (the 24.11 one 78 s earlier): every job of the captures ends later.
 NOW = 1796319302
 NODES = ["node%d" % i for i in (1, 2, 3, 4, 5, 6, 7, 8, 9, 11)]
-SCONTROL = ["/usr/bin/timeout", "60", "/usr/bin/scontrol", "show", "nodes", "--json"]
-SINFO = ["/usr/bin/timeout", "60", "/usr/bin/sinfo", "--json"]
-SQUEUE = ["/usr/bin/timeout", "60", "/usr/bin/squeue", "--all", "--json"]
+BOUND = ["/usr/bin/timeout", "-k", "5", "60"]
+SCONTROL = [*BOUND, "/usr/bin/scontrol", "show", "nodes", "--json"]
+SINFO = [*BOUND, "/usr/bin/sinfo", "--json"]
+SQUEUE = [*BOUND, "/usr/bin/squeue", "--all", "--json"]
 
 
 def slurm(answers):
-    """A FakeCommands fallback: answers a Slurm command by its words after ``timeout N``, the longest match first."""
+    """A FakeCommands fallback: answers a Slurm command by its words inside ``timeout``, the longest match first."""
 
     def answer(argv):
-        words = list(argv[2:]) if os.path.basename(argv[0]) == "timeout" else list(argv)
+        words = unbounded(argv)
         line = " ".join([os.path.basename(words[0]), *words[1:]])
         for command in sorted(answers, key=len, reverse=True):
             if line == command or line.startswith(command + " "):
@@ -125,7 +126,7 @@ def test_check_mode_reads_the_same_and_changes_nothing(harness):
     checked = harness.run(slurm_fleet, {"nodes": ["node4", "node9"]}, check_mode=True)
     assert checked == normal
     assert checked["changed"] is False
-    assert {call[2] for call in harness.commands.calls} == {"/usr/bin/scontrol", "/usr/bin/squeue"}
+    assert {call[4] for call in harness.commands.calls} == {"/usr/bin/scontrol", "/usr/bin/squeue"}
 
 
 def test_order_given_and_each_node_once(harness):
@@ -148,7 +149,7 @@ def test_the_hand_made_22_05_fixture_still_reads(harness):
 
 
 def test_binary_paths_and_no_timeout_binary(harness):
-    harness.bins.bins = {}  # nothing on PATH, not even timeout: the paths given are used, without a limit
+    harness.bins.bins = {"timeout": "/usr/bin/timeout"}  # no Slurm client on PATH: the paths given are used
     use(harness, SLURM_22_05)
     args = {
         "nodes": ["node2"],
@@ -159,20 +160,27 @@ def test_binary_paths_and_no_timeout_binary(harness):
     result = harness.run(slurm_fleet, args)
     assert result["nodes"][0]["job_end"] == 1796319846
     assert harness.commands.calls == [
-        ["/opt/slurm/bin/scontrol", "show", "nodes", "--json"],
-        ["/opt/slurm/bin/sinfo", "--json"],
-        ["/opt/slurm/bin/squeue", "--all", "--json"],
+        [*BOUND, "/opt/slurm/bin/scontrol", "show", "nodes", "--json"],
+        [*BOUND, "/opt/slurm/bin/sinfo", "--json"],
+        [*BOUND, "/opt/slurm/bin/squeue", "--all", "--json"],
     ]
+    harness.bins.bins = {}  # not even timeout: no command runs without a time limit
+    harness.commands.calls.clear()
+    failure = harness.fail(slurm_fleet, args)
+    assert failure["msg"].startswith("coreutils timeout was not found on the node")
+    assert harness.commands.calls == []
 
 
 def test_command_timeout(harness):
     harness.run(slurm_fleet, {"nodes": ["node1"], "command_timeout": 15})
-    assert [call[:2] for call in harness.commands.calls] == [["/usr/bin/timeout", "15"]] * 2
+    assert [call[:4] for call in harness.commands.calls] == [["/usr/bin/timeout", "-k", "5", "15"]] * 2
     use(harness, {"scontrol show nodes --json": (124, "", "")})
     failure = harness.fail(slurm_fleet, {"nodes": ["node1"], "command_timeout": 15})
     assert failure["msg"] == (
-        "scontrol show nodes --json did not answer in 15 s: check slurmctld (scontrol ping), or raise command_timeout"
+        "could not run scontrol show nodes --json: /usr/bin/scontrol did not finish in 15 s and was stopped. "
+        "check slurmctld (scontrol ping), or raise command_timeout"
     )
+    assert failure["timed_out"] is True
     assert "at least 1 second" in harness.fail(slurm_fleet, {"nodes": ["node1"], "command_timeout": 0})["msg"]
 
 
@@ -187,7 +195,7 @@ def test_unknown_nodes_are_named(harness):
     assert failure["missing"] == ["gpu-x9", "gpu-x1"]
     assert failure["slurm"]["release"] == "24.11.5"
     # squeue is not run when the request is wrong
-    assert [call[2] for call in harness.commands.calls] == ["/usr/bin/scontrol"]
+    assert [call[4] for call in harness.commands.calls] == ["/usr/bin/scontrol"]
     one = harness.fail(slurm_fleet, {"nodes": ["gpu-x9"]})
     assert one["msg"].startswith("node gpu-x9 is not known to Slurm")
 
@@ -239,7 +247,7 @@ def test_slurm_failures_say_what_to_do(harness, answers, message):
 def test_a_scontrol_failure_is_not_taken_for_22_05(harness):
     use(harness, dict(SLURM_22_05, **{"scontrol show nodes --json": (1, "", "scontrol: error: Invalid user")}))
     harness.fail(slurm_fleet, {"nodes": NODES})
-    assert [call[2] for call in harness.commands.calls] == ["/usr/bin/scontrol"]
+    assert [call[4] for call in harness.commands.calls] == ["/usr/bin/scontrol"]
 
 
 def test_missing_binary_fails(harness):
@@ -253,7 +261,7 @@ def test_missing_binary_fails(harness):
 
 
 def test_sinfo_is_only_needed_on_22_05(harness):
-    harness.bins.bins = {"scontrol": "/usr/bin/scontrol", "squeue": "/usr/bin/squeue"}
+    harness.bins.bins = {"scontrol": "/usr/bin/scontrol", "squeue": "/usr/bin/squeue", "timeout": "/usr/bin/timeout"}
     assert harness.run(slurm_fleet, {"nodes": ["node9"]})["nodes"][0]["state"] == "idle"
     use(harness, SLURM_22_05)
     with pytest.raises(AnsibleFailJson, match="Failed to find required executable sinfo"):
