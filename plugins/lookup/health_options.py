@@ -11,10 +11,11 @@ version_added: 0.2.0
 short_description: The operator's gpuops_health_* settings as gpuops.cluster.gpu_health options, from one table
 description:
   - Returns one mapping with C(<option>) for each variable C(gpuops_health_<option>) the task sees set (not null), for
-    the options an operator sets for the whole fleet - C(expected_gpu_count), C(expected_gpu_model),
-    C(expected_driver_version), C(expected_ib_ports), C(expected_ib_port_count), C(expected_ib_rate), C(thresholds),
-    C(skip_checks), C(since), C(prometheus_textfile), C(nvidia_smi_path), C(kernel_log), C(infiniband_root),
-    C(settle_timeout).
+    the options an operator sets for the fleet, a group or a host - C(expected_gpu_count), C(expected_gpu_model),
+    C(expected_driver_version), C(expected_ib_ports), C(expected_ib_port_count), C(expected_ib_rate),
+    C(expected_nvlinks), C(expected_pcie_width), C(expected_pcie_gen), C(pcie_baseline) (what the platform gives),
+    C(thresholds), C(skip_checks), C(since), C(prometheus_textfile), C(nvidia_smi_path), C(kernel_log),
+    C(infiniband_root), C(settle_timeout).
   - C(playbooks/health_check.yml), the rolling upgrade's survey and gate, and the node-side command's configuration
     (role gpuops.cluster.gpu_healthcheck) take their options from it, so each setting reaches all of them. Only these
     variables are templated.

@@ -18,6 +18,7 @@ variable, shows the value as the operator wrote it, and says what to set.
 from __future__ import annotations
 
 from ansible.module_utils.common.parameters import DEFAULT_TYPE_VALIDATORS
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import health_checks, thresholds
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import irq_affinity, kernel_cmdline
 
 TYPE_WORDS = {
@@ -143,6 +144,30 @@ def _argv(value, _values):
     return None
 
 
+def _health_thresholds(value, _values):
+    found = thresholds.problems(value)
+    if found:
+        return "%s; set only the thresholds of ansible-doc gpuops.cluster.gpu_health" % "; ".join(found)
+    return None
+
+
+def _pcie_baseline(value, _values):
+    try:
+        health_checks.pcie_baseline_by_bus(value)
+    except ValueError as exc:
+        return "%s, e.g. {'0000:18:00.0': {width: 16, gen: 5}}" % str(exc).replace("pcie_baseline: ", "")
+    found = []
+    for bus, link in sorted(value.items()):
+        unknown = sorted(set(link) - {"width", "gen"})
+        if unknown:
+            found.append("%s has %s; give only width and gen" % (bus, ", ".join(map(str, unknown))))
+        for key in ("width", "gen"):
+            number = link.get(key)
+            if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < 1):
+                found.append("%s %s is %s, not a whole number of at least 1 (or null)" % (bus, key, show(number)))
+    return "; ".join(found) or None
+
+
 def _removed(_value, _values):
     return "it was removed; unset it"
 
@@ -172,6 +197,8 @@ FORMATS = {
     "repository_url": _repository_url,
     "repositories": _repositories,
     "argv": _argv,
+    "health_thresholds": _health_thresholds,
+    "pcie_baseline": _pcie_baseline,
 }
 
 

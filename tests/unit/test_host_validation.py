@@ -131,3 +131,26 @@ def test_filter_errors_carry_its_name():
         validation_findings(host({}), checks=["nope"])
     with pytest.raises(AnsibleFilterError, match=r"gpuops\.cluster\.validation_findings: input must be lookup"):
         validation_findings({"gpuops_stack": {}})
+
+
+def test_the_platform_settings_are_known_and_checked():
+    """gpuops_health_expected_nvlinks was answered with 'did you mean gpuops_health_expected_ib_ports?' (issue 26)."""
+    platform = {
+        "gpuops_health_expected_nvlinks": 0,
+        "gpuops_health_expected_pcie_width": 8,
+        "gpuops_health_expected_pcie_gen": 5,
+        "gpuops_health_pcie_baseline": {"00000000:18:00.0": {"width": 16, "gen": None}},
+        "gpuops_health_thresholds": {"temperature_warn": 80, "nccl_busbw_gbps": 400},
+    }
+    assert find(dict(HOST, **platform))["problems"] == []
+    wrong = {
+        "gpuops_health_expected_nvlinks": -1,
+        "gpuops_health_expected_pcie_width": 0,
+        "gpuops_health_thresholds": {"temprature_warn": 80},
+    }
+    problems = find(dict(HOST, **wrong))["problems"]
+    assert problems[0] == "gpuops_health_expected_nvlinks is -1; set a whole number, at least 0"
+    assert problems[1] == "gpuops_health_expected_pcie_width is 0; set a whole number, at least 1"
+    assert problems[2].startswith("gpuops_health_thresholds is {temprature_warn: 80}: unknown temprature_warn (known: ")
+    assert problems[2].endswith("; set only the thresholds of ansible-doc gpuops.cluster.gpu_health")
+    assert len(problems) == 3

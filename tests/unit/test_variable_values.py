@@ -173,3 +173,51 @@ def test_show_writes_values_as_yaml_does_never_a_class_name():
     assert show(Tagged("on")) == "'on'"
     assert show([True, None, {"a": 1}]) == "[true, null, {a: 1}]"
     assert check("x", Tagged("eight"), {"type": "int"}) == ["x is 'eight'; set a whole number"]
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"temperature_wran": 80}, "unknown temperature_wran (known: ecc_aggregate_uncorrectable"),
+        ({"temperature_warn": "hot"}, "temperature_warn is 'hot', not an integer"),
+        ({"nvlink_errors": -1}, "nvlink_errors is -1: a limit is 0 or more"),
+    ],
+)
+def test_health_thresholds_take_only_the_tables_names_and_numbers(value, problem):
+    (found,) = one("gpuops_health_thresholds", value)
+    assert problem in found
+    assert one("gpuops_health_thresholds", {"temperature_warn": 80, "temperature_fail": None}) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"gpu0": {"width": 16, "gen": 5}}, "'gpu0' is not a PCI bus id with {width, gen}"),
+        ({"0000:18:00.0": 16}, "is not a PCI bus id with {width, gen}"),
+        ({"0000:18:00.0": {"width": "x16"}}, "0000:18:00.0 width is 'x16', not a whole number of at least 1"),
+        ({"0000:18:00.0": {"width": 16, "speed": 5}}, "0000:18:00.0 has speed; give only width and gen"),
+    ],
+)
+def test_a_pcie_baseline_is_bus_ids_with_width_and_gen(value, problem):
+    (found,) = one("gpuops_health_pcie_baseline", value)
+    assert problem in found
+    assert one("gpuops_health_pcie_baseline", {"00000000:18:00.0": {"width": 16, "gen": None}}) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "problem"),
+    [
+        ("gpuops_health_expected_nvlinks", "eighteen", "gpuops_health_expected_nvlinks is 'eighteen'; set a whole"),
+        ("gpuops_health_expected_nvlinks", -1, "gpuops_health_expected_nvlinks is -1; set a whole number, at least 0"),
+        (
+            "gpuops_health_expected_pcie_width",
+            0,
+            "gpuops_health_expected_pcie_width is 0; set a whole number, at least",
+        ),
+        ("gpuops_health_expected_pcie_gen", 0, "gpuops_health_expected_pcie_gen is 0; set a whole number, at least 1"),
+    ],
+)
+def test_the_platform_numbers_are_checked(name, value, problem):
+    (found,) = one(name, value)
+    assert found.startswith(problem)
+    assert one(name, 1) == []

@@ -12,7 +12,8 @@ node command keeps its own kernel-log cursor).
 from __future__ import annotations
 
 PREFIX = "gpuops_health_"
-# gpu_health options an operator sets for the whole fleet (the level and fail_on_unhealthy belong to each caller).
+# gpu_health options an operator sets for the fleet, a group or a host (the level and fail_on_unhealthy belong to
+# each caller).
 OPTIONS = (
     "expected_gpu_count",
     "expected_gpu_model",
@@ -20,6 +21,11 @@ OPTIONS = (
     "expected_ib_ports",
     "expected_ib_port_count",
     "expected_ib_rate",
+    # what the platform gives, where it is less than the GPU model has (a VM, a board wired x8)
+    "expected_nvlinks",
+    "expected_pcie_width",
+    "expected_pcie_gen",
+    "pcie_baseline",
     "thresholds",
     "skip_checks",
     "since",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 from ansible.errors import AnsibleLookupError
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
@@ -67,3 +68,41 @@ def test_the_lookup_refuses_terms_and_unknown_keywords():
     lookup = LookupModule(loader=DataLoader(), templar=Templar(DataLoader(), {}))
     with pytest.raises(AnsibleLookupError, match="takes no terms and only exclude"):
         lookup.run([], {}, exlude=["since"])
+
+
+PLATFORM = {
+    "gpuops_health_expected_nvlinks": 0,
+    "gpuops_health_expected_pcie_width": 8,
+    "gpuops_health_expected_pcie_gen": 4,
+    "gpuops_health_pcie_baseline": {"0000:18:00.0": {"width": 8, "gen": 4}},
+}
+
+
+def test_the_platform_settings_reach_the_module_the_gate_and_the_node_command():
+    """What the platform gives is a gpuops_health_* setting (issue 26): every caller of the table gets it."""
+    expected = {name[len(health_options.PREFIX) :]: value for name, value in PLATFORM.items()}
+    assert health_options.health_options(PLATFORM) == expected  # playbooks/health_check.yml
+    gate = ["expected_driver_version", "prometheus_textfile", "settle_timeout"]  # roles/rolling_upgrade/vars
+    assert health_options.health_options(PLATFORM, gate) == expected
+    command = health_options.health_options(PLATFORM, ["since", "settle_timeout", "prometheus_textfile"])
+    assert command == expected  # roles/gpu_healthcheck/vars/main.yml
+    assert set(command) <= set(node_command.CONFIG_DEFAULTS)
+    judged = node_command.evaluate_options(node_command.load_config(None, command))  # checked key by key
+    assert {key: judged[key] for key in command} == expected
+    loader = DataLoader()
+    assert LookupModule(loader=loader, templar=Templar(loader, PLATFORM)).run([], PLATFORM) == [expected]
+
+
+def test_each_documented_default_is_the_modules_and_the_node_commands():
+    registry = yaml.safe_load((variable_registry.COLLECTION_ROOT / variable_registry.REGISTRY_PATH).read_text())
+    entries = registry["gpuops_variables"]
+    spec = gpu_health.argument_spec()
+    documented = {
+        option: entries[health_options.PREFIX + option]["default"]
+        for option in health_options.OPTIONS
+        if "default" in entries[health_options.PREFIX + option]
+    }
+    assert set(documented) >= {"expected_nvlinks", "expected_pcie_width", "expected_pcie_gen", "pcie_baseline"}
+    for option, default in documented.items():
+        assert spec[option].get("default") == default, option
+        assert node_command.CONFIG_DEFAULTS[option][0] == default, option
