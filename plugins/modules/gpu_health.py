@@ -129,19 +129,29 @@ options:
       - NVLink links every GPU must have active. Default is the GPU model's count (6 V100 SXM2, 12 A100 SXM4,
         8 A800 and H800, 18 H100/H200/B200/GB200 SXM); PCIe and NVL cards need none; a model not in that table
         needs some when the node has NVSwitches or the GPU reports an NVLink fabric. V(0) requires none.
+      - A node of one GPU (GPU 0) with no NVSwitch and no NVLink fabric reported needs none whatever its model
+        (an SXM GPU passed through alone to a VM, where C(nvidia-smi nvlink -s) prints nothing); the check
+        passes, saying so. A node of several GPUs keeps the model's count.
       - A GPU of which C(nvidia-smi nvlink -s) says all links are inactive fails whenever links are expected.
+        A failure decided by the model's count names C(gpuops_health_expected_nvlinks), the setting of a
+        platform with fewer links or none.
+      - The playbooks, the rolling upgrade's gate and C(gpuops-gpu-health) take it from
+        C(gpuops_health_expected_nvlinks), as every C(expected_*) option, O(pcie_baseline) and O(thresholds)
+        from its C(gpuops_health_*) setting (lookup gpuops.cluster.health_options).
     type: int
   expected_pcie_width:
     description:
       - The PCIe link width (lanes) this platform gives each GPU, for platforms that run GPUs below the
         width the GPU is capable of by design (some cloud VMs, boards wired x8). A narrower link fails;
-        the GPU's own maximum is then not required. Unset, the GPU's maximum is required.
+        the GPU's own maximum is then not required. Unset, the GPU's maximum is required, and a narrower
+        link's failure names C(gpuops_health_expected_pcie_width), this option's setting.
       - A per-GPU O(pcie_baseline) wins over it.
     type: int
   expected_pcie_gen:
     description:
       - The PCIe generation this platform gives each GPU (see O(expected_pcie_width)). A lower generation
-        under load warns; an idle GPU trains down and is not judged. Unset, the GPU's maximum is the reference.
+        under load warns; an idle GPU trains down and is not judged. Unset, the GPU's maximum is the reference,
+        and the warning names C(gpuops_health_expected_pcie_gen), this option's setting.
     type: int
   pcie_baseline:
     description:

@@ -56,6 +56,17 @@ STATUS_RANK = {"skip": 0, "pass": 1, "warn": 2, "fail": 3}  # worst last
 _HW_SLOWDOWN = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 _IDLE_PSTATES = ("P8", "P10", "P12")
 
+# What a failing platform check adds: the setting that describes a platform built that way.
+NVLINK_NONE_HINT = "if this platform has no NVLink, set gpuops_health_expected_nvlinks: 0"
+NVLINK_FEWER_HINT = "if this platform gives %d, set gpuops_health_expected_nvlinks: %d"
+PCIE_WIDTH_HINT = "if this platform gives x%d by design, set gpuops_health_expected_pcie_width: %d"
+PCIE_GEN_HINT = "if this platform gives Gen%d by design, set gpuops_health_expected_pcie_gen: %d"
+# The setting each reference of the PCIe check comes from.
+PCIE_SETTINGS = {
+    "this node's baseline": "gpuops_health_pcie_baseline",
+    "the platform's declared value": "gpuops_health_expected_pcie_width / gpuops_health_expected_pcie_gen",
+}
+
 
 def _smi_bus_id(value):
     """A kernel-log bus id in the form nvidia-smi prints (``0000:db:00`` -> ``00000000:DB:00.0``).
@@ -255,13 +266,15 @@ def _pcie(gpu, platform=None, baseline=None):
         if width is not None and width_max is not None and width < width_max:
             finding.add(
                 "fail",
-                "PCIe link x%d, capable of x%d: reseat or inspect the GPU and riser" % (width, width_max),
+                "PCIe link x%d, capable of x%d: reseat or inspect the GPU and riser; %s"
+                % (width, width_max, PCIE_WIDTH_HINT % (width, width)),
                 "hardware_inspection",
             )
     elif width is not None and width < ref_width:
         finding.add(
             "fail",
-            "PCIe link x%d, below x%d of %s: reseat or inspect the GPU and riser" % (width, ref_width, what),
+            "PCIe link x%d, below x%d of %s (%s): reseat or inspect the GPU and riser"
+            % (width, ref_width, what, PCIE_SETTINGS[what]),
             "hardware_inspection",
         )
     elif width is not None and width_max is not None and width < width_max:
@@ -273,12 +286,16 @@ def _pcie(gpu, platform=None, baseline=None):
                     "Gen%d of Gen%d while idle (the link trains down to save power)" % (gen, gen_max)
                 )
             else:
-                finding.add("warn", "PCIe Gen%d, capable of Gen%d under load" % (gen, gen_max))
+                finding.add(
+                    "warn", "PCIe Gen%d, capable of Gen%d under load; %s" % (gen, gen_max, PCIE_GEN_HINT % (gen, gen))
+                )
     elif gen is not None and gen < ref_gen:
         if idle:
             finding.details.append("Gen%d of Gen%d while idle (the link trains down to save power)" % (gen, ref_gen))
         else:
-            finding.add("warn", "PCIe Gen%d under load, below Gen%d of %s" % (gen, ref_gen, what))
+            finding.add(
+                "warn", "PCIe Gen%d under load, below Gen%d of %s (%s)" % (gen, ref_gen, what, PCIE_SETTINGS[what])
+            )
     elif gen is not None and gen_max is not None and gen < gen_max:
         finding.details.append("Gen%d of Gen%d, as %s (Gen%d)" % (gen, gen_max, what, ref_gen))
     if finding.status == "pass" and finding.details:
@@ -520,11 +537,13 @@ def _match_gpu(entry, gpus):
     return {"index": entry["index"], "pci_bus_id": None}
 
 
-def _nvlink_checks(status, gpus, nvswitch=None, override=None):
+def _nvlink_checks(status, gpus, nvswitch=None, override=None, expected_gpu_count=None):
     """Every GPU's links against what its model (or the node's NVSwitches) says it must have.
 
-    Without any expectation (PCIe GPUs, unknown models on a node without NVSwitch) the GPUs are
-    judged against each other only, and a node where no GPU lists a link is a skip, as before.
+    Without any expectation (PCIe GPUs, unknown models on a node without NVSwitch, one GPU alone
+    without NVSwitch) the GPUs are judged against each other only, and a node where no GPU lists a
+    link passes (one GPU alone) or is a skip, as before. A failure the model's count decides names
+    the setting of a platform without (or with fewer) links.
     """
     entries = {}
     for entry in status["gpus"]:
@@ -532,14 +551,20 @@ def _nvlink_checks(status, gpus, nvswitch=None, override=None):
         entries[gpu["index"]] = (gpu, entry)
     for gpu in gpus:
         entries.setdefault(gpu["index"], (gpu, None))
-    expected = {
-        index: nvlink_counts.expected_links(
-            dict(gpu, product_name=gpu.get("product_name") or (entry or {}).get("name")), nvswitch, override
-        )
-        for index, (gpu, entry) in entries.items()
-    }
+    expected = nvlink_counts.node_expected_links(
+        [
+            dict(gpu, product_name=gpu.get("product_name") or (entry or {}).get("name"))
+            for gpu, entry in entries.values()
+        ],
+        nvswitch,
+        override,
+        expected_gpu_count,
+    )
     peers = max((len(entry["links"]) for entry in status["gpus"]), default=0)
     if peers == 0 and not any(want["links"] for want in expected.values()):
+        if [want["reason"] for want in expected.values()] == [nvlink_counts.ONE_GPU]:
+            gpu, _entry = next(iter(entries.values()))
+            return [_check("nvlink", "pass", nvlink_counts.ONE_GPU, gpu)]
         return [_check("nvlink", "skip", "no NVLink links reported (PCIe GPUs, or NVLink absent)")]
     checks = []
     for index in sorted(entries):
@@ -549,17 +574,24 @@ def _nvlink_checks(status, gpus, nvswitch=None, override=None):
         active = [link for link in links if link["active"]]
         inactive = [link["link"] for link in links if not link["active"]]
         needed = want["links"] if want["links"] > 0 else peers
+        by_model = override is None and want["links"] > 0  # the model's count, not the operator's
         if entry is None and want["links"]:
             detail = "not listed by nvidia-smi nvlink -s (%s)" % want["reason"]
+            if by_model:
+                detail += ": %s" % NVLINK_NONE_HINT
         elif not links and (want["links"] or peers):
             said = "all links inactive" if entry and entry["all_inactive"] else "no NVLink link listed"
             why = want["reason"] if want["links"] else "peers have %d" % peers
             detail = "%s, %s: reset the GPU; if all GPUs show it, check nvidia-fabricmanager and reboot" % (said, why)
+            if by_model:
+                detail += "; %s" % NVLINK_NONE_HINT
         elif inactive:
             detail = "NVLink %s inactive of %d" % (", ".join(map(str, inactive)), len(links))
         elif needed and len(active) < needed:
             why = want["reason"] if want["links"] > 0 else "peers have %d" % peers
             detail = "%d NVLinks active, %s" % (len(active), why)
+            if by_model:
+                detail += ": %s" % (NVLINK_FEWER_HINT % (len(active), len(active)))
         elif not links:
             checks.append(_check("nvlink", "pass", "no NVLink expected (%s)" % want["reason"], gpu))
             continue
@@ -841,18 +873,14 @@ def evaluate(inputs, options=None):
         checks.extend(_fallen_off_bus_checks(kernel, gpus))
         checks.extend(_sxid_checks(kernel))
 
+    nvlink_expected = (inputs.get("nvswitch"), options.get("expected_nvlinks"), options.get("expected_gpu_count"))
     if inputs.get("nvlink_status") is None:
-        expected = [
-            nvlink_counts.expected_links(gpu, inputs.get("nvswitch"), options.get("expected_nvlinks"))["links"]
-            for gpu in gpus
-        ]
-        if "nvlink_status" in failed_sources and not any(expected):
+        expected = nvlink_counts.node_expected_links(gpus, *nvlink_expected)
+        if "nvlink_status" in failed_sources and not any(want["links"] for want in expected.values()):
             failed_sources.pop("nvlink_status")  # no link expected on this node: a failed read is no finding
         checks.extend(not_read(("nvlink",), "nvlink_status", "NVLink status not read"))
     else:
-        checks.extend(
-            _nvlink_checks(inputs["nvlink_status"], gpus, inputs.get("nvswitch"), options.get("expected_nvlinks"))
-        )
+        checks.extend(_nvlink_checks(inputs["nvlink_status"], gpus, *nvlink_expected))
     if inputs.get("nvlink_errors") is None:
         checks.extend(not_read(("nvlink_errors",), "nvlink_errors", "NVLink error counters not read"))
     else:

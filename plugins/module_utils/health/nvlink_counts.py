@@ -25,6 +25,11 @@ Sources (links per GPU, bidirectional bandwidth):
 
 PCIe and NVL cards (A100 PCIe, H100 PCIe/NVL, H200 NVL, L40S ...) may carry NVLink bridges, which are
 optional: no links are required of them (a bridge that is fitted is still judged against its peers).
+
+A node of one GPU without NVSwitch (:func:`node_expected_links`) needs no link whatever its model: an
+SXM GPU passed through alone to a VM (one H200 of an HGX, driver 580.159.04: ``nvidia-smi nvlink -s``
+prints nothing, the fabric state is N/A) has no peer to link to. NVLink is GPU to GPU (through NVSwitch
+on HGX boards), so with one GPU and no NVSwitch there is nothing for a link to reach.
 """
 
 from __future__ import annotations
@@ -75,3 +80,34 @@ def expected_links(gpu, nvswitch=None, override=None):
     if fabric and fabric.lower() not in ("n/a", "not supported"):
         return {"links": -1, "reason": "the GPU reports an NVLink fabric (state %s)" % fabric}
     return {"links": 0, "reason": what}
+
+
+ONE_GPU = "one GPU, no NVSwitch: no NVLink expected"
+
+
+def _fabric_reported(gpu):
+    state = (gpu.get("fabric") or {}).get("state")
+    return bool(state) and state.lower() not in ("n/a", "not supported")
+
+
+def node_expected_links(gpus, nvswitch=None, override=None, expected_gpu_count=None):
+    """:func:`expected_links` for every GPU of a node, ``{index: {links, reason}}``.
+
+    A node of one GPU, GPU 0 (a GPU 2 seen alone is one of several), with no ``expected_gpu_count`` above
+    one (not a node that lost the others), no NVSwitch and no NVLink fabric reported for its GPU needs no
+    link (:data:`ONE_GPU`, where its model would need some); a node of more GPUs keeps the model's count.
+    ``override`` (``expected_nvlinks``) wins over both.
+    """
+    gpus = list(gpus or [])
+    expected = {gpu["index"]: expected_links(gpu, nvswitch, override) for gpu in gpus}
+    alone = (
+        override is None
+        and len(gpus) == 1
+        and gpus[0]["index"] == 0
+        and (expected_gpu_count or 1) <= 1
+        and not nvswitch
+        and not _fabric_reported(gpus[0])
+    )
+    if alone and expected[gpus[0]["index"]]["links"]:
+        return {gpus[0]["index"]: {"links": 0, "reason": ONE_GPU}}
+    return expected

@@ -79,13 +79,10 @@ def fabric_pending(smi):
 
 
 def nvlink_expectations(smi, nvswitch=None, override=None):
-    """``{gpu index: links}`` for the GPUs that need NVLinks (``-1``: some, count unknown); empty when none do."""
-    wanted = {}
-    for gpu in (smi or {}).get("gpus") or []:
-        links = nvlink_counts.expected_links(gpu, nvswitch, override)["links"]
-        if links:
-            wanted[gpu["index"]] = links
-    return wanted
+    """``{gpu index: links}`` for the GPUs that need NVLinks (``-1``: some, count unknown); empty when none do
+    (one GPU alone without NVSwitch needs none: ``nvlink_counts.node_expected_links``)."""
+    expected = nvlink_counts.node_expected_links((smi or {}).get("gpus") or [], nvswitch, override)
+    return {index: want["links"] for index, want in expected.items() if want["links"]}
 
 
 def nvlink_pending(status, expected):

@@ -131,7 +131,10 @@ def test_fewer_links_than_the_model_has_fails(fixture_text):
     )
     checks = by_name(result, "nvlink")
     assert {c["status"] for c in checks} == {"fail"}
-    assert checks[0]["detail"] == "17 NVLinks active, an NVIDIA H100 80GB HBM3 has 18 NVLinks"
+    assert checks[0]["detail"] == (
+        "17 NVLinks active, an NVIDIA H100 80GB HBM3 has 18 NVLinks: "
+        "if this platform gives 17, set gpuops_health_expected_nvlinks: 17"
+    )
 
 
 def test_expected_nvlinks_option_wins(fixture_text):

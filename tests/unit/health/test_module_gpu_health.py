@@ -424,3 +424,25 @@ def test_expected_ib_port_count(harness):
         module, dict(args, infiniband_root=fixture("infiniband/healthy-8x-ndr"), expected_ib_port_count=8)
     )
     assert "fail" not in {c["status"] for c in by_name(healthy, "infiniband")}
+
+
+@pytest.mark.parametrize("capture", ["h200-1x-vm-idle.xml", "h200-1x-vm-load.xml"])
+def test_one_h200_in_a_vm_is_healthy_live_and_offline(harness, node, tmp_path, capture):
+    """Real captures (driver 580.159.04, one GPU, no NVSwitch): nvidia-smi nvlink -s prints nothing (issue 26)."""
+    fake = node(capture, nvlink_status="nvlink/h200-1x-vm-status-empty.txt")
+    fake.add("nvidia-smi nvlink -e", (FIXTURES / "nvlink/h200-1x-vm-errors-empty.txt").read_text())
+    harness.bins = FakeBins(set(LIVE_TOOLS) | {"dcgmi"})
+    live = harness.run(module, {"infiniband_root": str(tmp_path), "level": "standard"})
+    offline = harness.run(
+        module,
+        {
+            "nvidia_smi_xml": fixture("nvidia-smi/" + capture),
+            "nvlink_status": fixture("nvlink/h200-1x-vm-status-empty.txt"),
+            "nvlink_errors": fixture("nvlink/h200-1x-vm-errors-empty.txt"),
+            "kernel_log": fixture("kernel-log/clean-journal-short-iso.log"),
+        },
+    )
+    for result in (live, offline):
+        assert result["healthy"] is True, result["summary"]["failed"]
+        assert result["actions"]["node"] == "none"
+        assert by_name(result, "nvlink")[0]["detail"] == "one GPU, no NVSwitch: no NVLink expected"
