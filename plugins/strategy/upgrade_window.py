@@ -45,11 +45,14 @@ description:
     keeps its last view meanwhile. Every read (when, how long, what changed) is in the slot records' C(refreshes).
   - A window that survives the controller. With the window's C(journal) (C(path), C(run_id), C(target), C(resume)),
     every admission, release, deferral, pass, halt and read of the fleet is appended to the journal on the controller
-    the moment it is decided (one JSON line each, fsync'd, mode 0644; C(module_utils/upgrade/run_journal.py)), and
-    C(end) when the play ends. A re-run reads the journal of the run it continues (C(resume); by default the newest
-    journal beside its own with the same C(target)); the nodes that run admitted and never released, or released failed,
-    are taken first and count as out of service from the start, so the window never takes more than C(max_unavailable)
-    across both runs.
+    the moment it is decided (one JSON line each, fsync'd; C(module_utils/upgrade/run_journal.py)), and C(end) when the
+    play ends. The journal is never opened through a symbolic link; one the run creates has mode 0644, one that exists
+    keeps its mode; a torn last line (a controller killed mid-write) is cut off before the run's first entry (its
+    C(start) says how many bytes, C(torn)). A re-run reads the journal of the run it continues (C(resume); by default
+    its own journal when it exists with the same C(target), as with a fixed C(gpuops_upgrade_journal_path) or a reused
+    run id, the run appending to it; else the newest journal beside its own with the same C(target)); the nodes that
+    run admitted and never released, or released failed, are taken first and count as out of service from the start,
+    so the window never takes more than C(max_unavailable) across both runs.
   - Drain ahead. With the window's C(drain_ahead) (C(delegate_to) the Slurm controller host, C(names) the hosts' Slurm
     names, C(reason_prefix), C(run_id), C(become), C(options) more options of C(gpuops.cluster.slurm_drain)) and the
     window's C(drain_ahead) setting above 0, the busy nodes next in line are drained in Slurm ahead of their slot
@@ -300,6 +303,7 @@ class StrategyModule(FreeStrategyModule):
                         resumed=list(self._window.resumed),
                         in_service_out=list(self._window.unavailable),
                         settings=self._window.settings.as_dict(),
+                        torn=self._journal.torn,  # bytes of a torn last line cut off before this entry
                     )
             except ValueError as error:
                 self._broken = str(error)

@@ -5,8 +5,9 @@
 The window lives in the controller's memory; a controller that dies mid-run would take it
 along, and a re-run would see its own leftover drains as idle or busy nodes and take more
 nodes out than ``max_unavailable`` allows. So the strategy appends every decision to a
-journal the moment it takes it (:class:`JournalWriter`: append, flush, fsync, mode 0644;
-operators ``tail -f`` it or ship it), and the report is built from it.
+journal the moment it takes it (:class:`JournalWriter`: append, flush, fsync, mode 0644 when it
+creates the file, never through a symbolic link; operators ``tail -f`` it or ship it), and the report
+is built from it.
 
 Entries (``event``, ``at`` in epoch seconds, then its fields):
 
@@ -24,14 +25,18 @@ Entries (``event``, ``at`` in epoch seconds, then its fields):
 
 :func:`replay` reads a journal back: the nodes in flight when it stopped (admitted, never
 released) and the failed ones are what a re-run must take first, the nodes drained ahead and
-neither admitted nor given back start drained ahead; :func:`newest` picks the
-journal of the same target a re-run continues.
+neither admitted nor given back start drained ahead; :func:`find_previous` picks the
+journal of the same target a re-run continues: its own (a fixed journal path or a reused run id:
+the re-run appends to the journal it continues, and :func:`replay` reads the runs of one target
+that follow each other in it as one operation), else the newest beside it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 
 SUFFIX = ".journal.jsonl"
 EVENTS = ("start", "admit", "release", "defer", "pass", "halt", "refresh", "drain_ahead", "undrain", "end")
@@ -51,12 +56,37 @@ def encode(item: dict) -> str:
 
 
 class JournalWriter:
-    """Appends entries to the journal at ``path``, each written through to the disk before the next decision."""
+    """Appends entries to the journal at ``path``, each written through to the disk before the next decision.
+
+    The journal is opened without following a symbolic link (``O_NOFOLLOW``: a link planted at the path is
+    refused, never written through) and must be a regular file. A journal this writer creates gets mode 0644
+    whatever the umask; one that exists keeps the mode its owner gave it. A journal whose last line was torn
+    (the controller died while writing it) is truncated to its last complete line before the first append
+    (``torn``: the bytes dropped), so the next entry starts on a line of its own instead of being glued to
+    the fragment; :func:`parse` leaves such a fragment out as well, so nothing complete is lost either way.
+    """
 
     def __init__(self, path: str):
         self.path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, MODE)
-        os.fchmod(self._fd, MODE)
+        self.torn = 0
+        flags = os.O_RDWR | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            self._fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, MODE)
+            created = True
+        except FileExistsError:
+            self._fd = os.open(path, flags)
+            created = False
+        try:
+            if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", path)
+            if created:
+                os.fchmod(self._fd, MODE)
+            else:
+                self.torn = repair(self._fd)
+        except OSError:
+            os.close(self._fd)
+            self._fd = None
+            raise
 
     def append(self, item: dict):
         os.write(self._fd, encode(item).encode("utf-8"))
@@ -66,6 +96,29 @@ class JournalWriter:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def repair(fd: int, chunk: int = 65536) -> int:
+    """Truncates the file open at ``fd`` (read and write) after its last newline; the number of bytes dropped.
+
+    Reads backwards from the end, ``chunk`` bytes at a time, so a long journal is not read whole.
+    """
+    size = os.fstat(fd).st_size
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        block = os.pread(fd, end - start, start)
+        newline = block.rfind(b"\n")
+        if newline >= 0:
+            keep = start + newline + 1
+            break
+        end = start
+    else:
+        keep = 0
+    if keep < size:
+        os.ftruncate(fd, keep)
+        os.fsync(fd)
+    return size - keep
 
 
 def parse(text: str, name: str = "the journal") -> list[dict]:
@@ -116,17 +169,20 @@ def replay(entries) -> dict:
     ahead: dict = {}
     spans = []
     ahead_spans = []
-    for item in entries:
+    for item in operation(entries):
         kind = item.get("event")
         state["events"][kind] = state["events"].get(kind, 0) + 1
         at = item.get("at")
         node = item.get("node")
         if kind == "start":
+            # a run continuing this journal (the same path): its own start, halt and end
             state.update(
                 {
                     "run_id": item.get("run_id"),
                     "target": item.get("target"),
                     "started_at": at,
+                    "ended_at": None,
+                    "halted": None,
                     "resumed_from": item.get("resumed_from"),
                     "resumed": list(item.get("resumed") or []),
                 }
@@ -134,8 +190,11 @@ def replay(entries) -> dict:
         elif kind == "admit":
             if ahead.pop(node, None) is not None:
                 _close(ahead_spans, node, at)
+            if node in admitted and node not in released:
+                continue  # left in flight by the run this one continues: out of service since, one span
             admitted[node] = at
             released.pop(node, None)
+            state["deferred"].pop(node, None)
             spans.append([node, at, None])
         elif kind == "release":
             released[node] = {"at": at, "ok": bool(item.get("ok")), "deferred": bool(item.get("deferred"))}
@@ -165,6 +224,23 @@ def replay(entries) -> dict:
     state["ahead_spans"] = [tuple(span) for span in ahead_spans]
     state["timeline"] = [tuple(span) for span in spans]
     return state
+
+
+def operation(entries) -> list:
+    """The entries of the last operation in a journal: from the first ``start`` of the runs of the newest ``start``'s
+    target that follow each other (a re-run writing to the same path continues its journal); an earlier run of
+    another target in the same file is left out."""
+    entries = list(entries)
+    starts = [index for index, item in enumerate(entries) if item.get("event") == "start"]
+    if not starts:
+        return entries
+    target = entries[starts[-1]].get("target")
+    begin = starts[-1]
+    for index in reversed(starts):
+        if entries[index].get("target") != target:
+            break
+        begin = index
+    return entries[begin:]
 
 
 def _close(spans: list, node: str, at):
@@ -207,8 +283,26 @@ def first_entry(path: str):
     return item if isinstance(item, dict) else None
 
 
+def last_start(path: str):
+    """The last ``start`` entry of the journal at ``path`` (the run that wrote to it last), None when it has none or
+    cannot be read."""
+    try:
+        entries = read(path)
+    except (OSError, ValueError):
+        return None
+    return next((item for item in reversed(entries) if item.get("event") == "start"), None)
+
+
 def find_previous(path: str, target: str):
-    """The newest journal beside ``path`` (same directory, same suffix) of a run of ``target``, or None."""
+    """The journal a re-run writing to ``path`` continues for ``target``, or None.
+
+    Its own journal first: a journal at ``path`` whose last run was of ``target`` (a fixed journal path, or a
+    reused run id) is continued, the run appending to it. Otherwise the newest journal beside ``path`` (same
+    directory, same suffix) of a run of ``target``.
+    """
+    own = last_start(path) if os.path.lexists(path) else None
+    if isinstance(own, dict) and own.get("target") == target:
+        return os.path.abspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     try:
         names = os.listdir(directory)

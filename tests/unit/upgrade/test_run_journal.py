@@ -117,16 +117,94 @@ def test_a_re_run_finds_the_newest_journal_of_the_same_target(tmp_path):
         os.utime(path, (mtime, mtime))
         return str(path)
 
-    older = journal("gpuops-upgrade-a.journal.jsonl", TARGET, 100)
+    journal("gpuops-upgrade-a.journal.jsonl", TARGET, 100)
     newer = journal("gpuops-upgrade-b.journal.jsonl", TARGET, 200)
     journal("gpuops-upgrade-c.journal.jsonl", 'gpu_nodes {"driver": "570"}', 300)  # another target
     (tmp_path / "gpuops-upgrade-d.journal.jsonl").write_text("garbage\n")
     (tmp_path / "notes.txt").write_text("x")
     own = str(tmp_path / "gpuops-upgrade-e.journal.jsonl")
     assert run_journal.find_previous(own, TARGET) == newer
-    assert run_journal.find_previous(newer, TARGET) == older  # its own journal is never the one it continues
+    # a re-run writing to the same path (a fixed journal path, a reused run id) continues its own journal
+    assert run_journal.find_previous(newer, TARGET) == newer
+    # its own journal of another target is not continued: the newest of this target beside it is
+    assert run_journal.find_previous(str(tmp_path / "gpuops-upgrade-c.journal.jsonl"), TARGET) == newer
     assert run_journal.find_previous(own, "other") is None
     assert run_journal.find_previous(str(tmp_path / "missing" / "x.journal.jsonl"), TARGET) is None
+
+
+def test_the_writer_refuses_a_symlink_and_leaves_its_target_alone(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("secret\n")
+    target.chmod(0o600)
+    link = tmp_path / "gpuops-upgrade-r1.journal.jsonl"
+    link.symlink_to(target)
+    with pytest.raises(OSError, match="symbolic links"):
+        run_journal.JournalWriter(str(link))
+    assert target.read_text() == "secret\n"
+    assert oct(target.stat().st_mode & 0o777) == "0o600"
+
+
+def test_the_writer_keeps_the_mode_of_a_journal_it_did_not_create(tmp_path):
+    path = tmp_path / "gpuops-upgrade-r1.journal.jsonl"
+    path.write_text(run_journal.encode(crashed_run()[0]))
+    path.chmod(0o600)
+    writer = run_journal.JournalWriter(str(path))
+    writer.append(crashed_run()[1])
+    writer.close()
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert run_journal.read(str(path)) == crashed_run()[:2]
+
+
+def test_the_writer_refuses_what_is_not_a_regular_file(tmp_path):
+    os.mkfifo(tmp_path / "fifo.journal.jsonl")
+    with pytest.raises(OSError, match="not a regular file"):
+        run_journal.JournalWriter(str(tmp_path / "fifo.journal.jsonl"))
+
+
+@pytest.mark.parametrize("chunk", [7, 65536])
+def test_a_torn_last_line_is_cut_before_the_re_run_appends(tmp_path, chunk, monkeypatch):
+    """The controller died while writing an entry: the re-run's first entry starts on a line of its own."""
+    path = tmp_path / "gpuops-upgrade-r1.journal.jsonl"
+    torn = '{"event": "admit", "at": 15'
+    path.write_text("".join(run_journal.encode(item) for item in crashed_run()) + torn)
+    monkeypatch.setattr(run_journal, "repair", lambda fd, _chunk=chunk, real=run_journal.repair: real(fd, _chunk))
+    writer = run_journal.JournalWriter(str(path))
+    assert writer.torn == len(torn)
+    restart = entry("start", 200, run_id="r1", target=TARGET, resumed_from=str(path), resumed=["b", "c"])
+    writer.append(restart)
+    writer.close()
+    assert run_journal.read(str(path)) == [*crashed_run(), restart]
+    assert run_journal.parse(path.read_text()) == [*crashed_run(), restart]
+
+
+def test_a_journal_of_one_torn_line_is_emptied(tmp_path):
+    path = tmp_path / "gpuops-upgrade-r1.journal.jsonl"
+    path.write_text('{"event": "sta')
+    writer = run_journal.JournalWriter(str(path))
+    writer.close()
+    assert path.read_text() == ""
+
+
+def test_a_re_run_on_the_same_journal_resumes_from_it_and_reads_one_operation():
+    """The run of another target before it is left out; a node in flight at the crash is out until released."""
+    other = [entry("start", 1, run_id="r0", target="other"), entry("admit", 2, node="a", canary=True, resume=False)]
+    rerun = [
+        entry("start", 200, run_id="r1", target=TARGET, resumed_from="same", resumed=["b", "c"]),
+        entry("admit", 201, node="b", canary=False, resume=True),
+        entry("admit", 201, node="c", canary=False, resume=True),
+        entry("release", 260, node="b", ok=True, deferred=False, halt=False),
+        entry("admit", 261, node="d", canary=False, resume=False),
+        entry("release", 300, node="d", ok=True, deferred=False, halt=False),
+    ]
+    replayed = replay(other + crashed_run() + rerun)
+    assert replayed["run_id"] == "r1"
+    assert replayed["started_at"] == 200
+    assert replayed["in_flight"] == ["c"]
+    assert replayed["done"] == ["a", "b", "d"]
+    assert replayed["deferred"] == {}
+    assert ("b", 152, 260) in replayed["timeline"]  # one span: out of service from the crashed run's admission
+    assert [span for span in replayed["timeline"] if span[0] == "c"] == [("c", 152, None)]
+    assert run_journal.to_resume(replayed) == ["c"]
 
 
 # A re-run: the nodes left mid-upgrade count as out of service from the start and go first.
@@ -186,3 +264,23 @@ def test_the_report_takes_its_timeline_and_reads_from_the_journal():
     assert "fleet read again 1 time(s) during the run" in audit["summary"]
     with pytest.raises(AnsibleFilterError, match=r"upgrade_journal: .*line 1"):
         upgrade.upgrade_journal("nonsense\n{}")
+
+
+def test_the_window_continues_its_own_journal_at_a_fixed_path(tmp_path, monkeypatch):
+    """A fixed gpuops_upgrade_journal_path (or a reused run id): the re-run resumes the nodes its own journal left
+    in flight, appends to it after the torn line is cut, and the journal reads back whole."""
+    from ansible.plugins.strategy.free import StrategyModule as FreeStrategyModule
+    from ansible_collections.gpuops.cluster.plugins.strategy.upgrade_window import StrategyModule
+
+    monkeypatch.setattr(FreeStrategyModule, "__init__", lambda self, tqm: None)
+    path = tmp_path / "gpuops-upgrade.journal.jsonl"
+    path.write_text("".join(run_journal.encode(item) for item in crashed_run()) + '{"event": "rel')
+    strategy = StrategyModule(None)
+    journal = {"path": str(path), "run_id": "r1", "target": TARGET, "resume": "auto"}
+    nodes, resume = strategy._open_journal(journal, [{"name": name} for name in "abcde"])
+    assert resume["resumed_from"] == str(path)
+    assert [node["name"] for node in nodes if node.get("resume")] == ["b", "c"]
+    strategy._journal.append(entry("start", 200, run_id="r1", target=TARGET, resumed_from=str(path), resumed=["b"]))
+    strategy._journal.close()
+    assert run_journal.read(str(path))[-1]["event"] == "start"
+    assert replay(run_journal.read(str(path)))["in_flight"] == ["b", "c"]
