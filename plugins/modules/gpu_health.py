@@ -534,7 +534,7 @@ def write_textfile(module, path, content):
 def judge_history(module, inputs, verdict, offline):
     """The verdict with rates, repeats and baselines judged against the node-side command's state (read only)."""
     params = module.params
-    state, note = health_state.HealthState(params["node_state"]).load()
+    state, note = health_state.HealthState(params["node_state"]).load(set_aside=False)  # the command owns it
     if note:
         module.warn("node_state: %s: error rates, Xid repeats and baselines not judged" % note)
         return verdict
