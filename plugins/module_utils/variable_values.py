@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ansible.module_utils.common.parameters import DEFAULT_TYPE_VALIDATORS
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import health_checks, thresholds
-from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import irq_affinity, kernel_cmdline
+from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import irq_affinity, kernel_cmdline, sysctl_profile
 
 TYPE_WORDS = {
     "int": "a whole number",
@@ -168,6 +168,34 @@ def _pcie_baseline(value, _values):
     return "; ".join(found) or None
 
 
+def _sysctl_keys(sysctls, where=""):
+    found = []
+    for key in sysctls:
+        problem = sysctl_profile.key_problem(key)
+        if problem:
+            found.append("%skey %s %s" % (where, show(key), problem))
+    return found
+
+
+def _sysctls(value, _values):
+    found = _sysctl_keys(value)
+    if found:
+        return "%s; %s" % ("; ".join(found), sysctl_profile.KEY_RULE)
+    return None
+
+
+def _tuning_profiles(value, _values):
+    found = []
+    for name, profile in value.items():
+        for field in ("sysctls", "rdma_sysctls"):
+            sysctls = profile.get(field) if isinstance(profile, dict) else None
+            if isinstance(sysctls, dict):
+                found.extend(_sysctl_keys(sysctls, "%s.%s: " % (name, field)))
+    if found:
+        return "%s; %s" % ("; ".join(found), sysctl_profile.KEY_RULE)
+    return None
+
+
 def _removed(_value, _values):
     return "it was removed; unset it"
 
@@ -197,6 +225,8 @@ FORMATS = {
     "repository_url": _repository_url,
     "repositories": _repositories,
     "argv": _argv,
+    "sysctls": _sysctls,
+    "tuning_profiles": _tuning_profiles,
     "health_thresholds": _health_thresholds,
     "pcie_baseline": _pcie_baseline,
 }

@@ -95,6 +95,16 @@ def site_problems(site_run):
         ("matrix", "cannot read the file"),
         ("no-stack", "gpuops_stack is not set: set the NVIDIA stack for this host"),
         ("no-gpu", "gpuops_gpu is not set: set the host's GPU model"),
+        (
+            "sysctl-key",
+            "kernel_tuning_sysctl_extra is {kernel.//.//.//.etc.cron/d.x: '* * * * * root touch /tmp/owned'}: key "
+            "'kernel.//.//.//.etc.cron/d.x' has the part '//', which names the directory itself or its parent",
+        ),
+        (
+            "epel-http",
+            "nvidia_stack_epel_release_url is 'http://mirror.example.com/epel/epel-release-latest-9.noarch.rpm': "
+            "a plain http:// URL",
+        ),
     ],
 )
 def test_site_refuses_each_bad_value_naming_the_variable(site_problems, host, expected):
@@ -103,7 +113,7 @@ def test_site_refuses_each_bad_value_naming_the_variable(site_problems, host, ex
 
 def test_site_lists_every_host_once_and_only_the_bad_ones(site_run, site_problems):
     message = refusal(site_run)
-    assert message.startswith("gpuops.cluster validation failed on 17 of 18 host(s); nothing was changed.")
+    assert message.startswith("gpuops.cluster validation failed on 19 of 20 host(s); nothing was changed.")
     assert "good" not in site_problems
     # one problem per host, except the two that are wrong twice (http-repo, release) and the matrix's one line
     assert {host: len(problems) for host, problems in site_problems.items() if len(problems) != 1} == {"http-repo": 2}

@@ -15,6 +15,7 @@ arguments and its work), so the same work can also run as a part of another modu
 from __future__ import annotations
 
 import os
+import re
 
 from ansible_collections.gpuops.cluster.plugins.module_utils import container_detection, managed_file
 from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_bounded
@@ -22,6 +23,14 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner impo
 HEADER = (
     "# Managed by gpuops.cluster.sysctl_profile: edits here are overwritten.\n"
     "# Change the profile in the inventory instead.\n"
+)
+
+# One part of a sysctl key: letters, digits, _ @ + -, and / standing for a dot inside the part (an interface
+# name such as eth0.100 is written eth0/100).
+_KEY_PART = re.compile(r"[A-Za-z0-9_@+/-]+")
+KEY_RULE = (
+    "write the name of a /proc/sys entry with dots between its parts, such as net.core.rmem_max (a slash stands for "
+    "a dot inside a part, as in net.ipv4.conf.eth0/100.forwarding); no part may be empty, '.' or '..'"
 )
 
 # net.core keys that exist per network namespace; every other net.core key is
@@ -57,13 +66,43 @@ def normalise_value(value) -> str:
     return " ".join(str(value).split())
 
 
+def key_problem(key) -> str | None:
+    """Why ``key`` is not the name of a ``/proc/sys`` entry (a sentence without the key), or None.
+
+    A key is parts separated by dots, each part letters, digits, ``_ @ + -`` and ``/`` (a dot inside the
+    part); no part is empty, and none is ``.`` or ``..`` once its slashes are dots, so the path the key names
+    never leaves ``/proc/sys`` (``kernel.//.//.//.etc.cron/d.x`` would name ``/etc/cron.d/x``).
+    """
+    text = key if isinstance(key, str) else str(key)
+    if not text.strip():
+        return "is empty"
+    for part in text.split("."):
+        if not part:
+            return "has an empty part (two dots in a row, or a dot at either end)"
+        if not _KEY_PART.fullmatch(part):
+            return "has the part %r, with a character no /proc/sys entry name has (whitespace, =, quotes ...)" % part
+        if not part.strip("/"):
+            dots = part.replace("/", ".")
+            return "has the part %r, which names the directory itself or its parent (%r)" % (part, dots)
+    return None
+
+
+def check_key(key) -> str:
+    """``key`` when it names a ``/proc/sys`` entry (:func:`key_problem`); ValueError saying what to fix otherwise."""
+    problem = key_problem(key)
+    if problem:
+        raise ValueError("sysctl key %r %s: %s" % (key, problem, KEY_RULE))
+    return key
+
+
 def normalise(sysctls: dict) -> dict:
-    """Normalise every value of a sysctl dict and strip the keys."""
+    """Normalise every value of a sysctl dict and strip the keys; a key that names no /proc/sys entry is refused."""
     result = {}
     for key, value in sysctls.items():
         name = str(key).strip()
         if not name:
             raise ValueError("empty sysctl key in profile")
+        check_key(name)
         if value is None:
             raise ValueError(f"sysctl {name} has no value: give a value or drop the key")
         result[name] = normalise_value(value)
@@ -71,8 +110,11 @@ def normalise(sysctls: dict) -> dict:
 
 
 def key_to_path(key: str) -> str:
-    """Map a sysctl key to its path below /proc/sys (dots are separators, a slash stands for a dot)."""
-    return key.replace(".", "\0").replace("/", ".").replace("\0", "/")
+    """Map a sysctl key to its path below /proc/sys (dots are separators, a slash stands for a dot).
+
+    A key that would name a path outside /proc/sys is refused (ValueError, :func:`check_key`).
+    """
+    return check_key(key).replace(".", "\0").replace("/", ".").replace("\0", "/")
 
 
 def render(sysctls: dict, header: str = HEADER) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -273,3 +274,50 @@ def test_module_a_hung_sysctl_fails_saying_so(make_tree, run_module, as_running_
     assert result["_failed"] is True
     assert result["msg"] == "could not apply the sysctls live: /usr/sbin/sysctl did not finish in 60 s and was stopped"
     assert result["timed_out"] is True
+
+
+# ------------------------------------------------------------------ keys that name no /proc/sys entry
+ESCAPING_KEY = "kernel.//.//.//.etc.cron/d.x"  # kernel/../../../etc/cron.d/x: /etc/cron.d/x
+
+
+@pytest.mark.parametrize(
+    "key", ["vm.swappiness", "net.ipv4.conf.eth0/100.forwarding", "net.ipv4.conf.all.rp_filter", "-kernel.x"]
+)
+def test_a_key_naming_a_proc_sys_entry_is_accepted(key):
+    assert sp.key_problem(key) is None
+    assert sp.check_key(key) == key
+
+
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        (ESCAPING_KEY, "has the part '//', which names the directory itself or its parent ('..')"),
+        ("kernel./.x", "has the part '/', which names the directory itself or its parent ('.')"),
+        ("kernel..x", "has an empty part"),
+        (".kernel.x", "has an empty part"),
+        ("kernel.x.", "has an empty part"),
+        ("kernel.x y", "has the part 'x y', with a character no /proc/sys entry name has"),
+        ("kernel.x=1", "has the part 'x=1', with a character"),
+        ("kernel.x\n", "has the part 'x\\n', with a character"),
+        ("", "is empty"),
+    ],
+)
+def test_a_key_that_leaves_proc_sys_or_breaks_the_drop_in_is_refused(key, problem):
+    assert sp.key_problem(key).startswith(problem)
+    with pytest.raises(ValueError, match="write the name of a /proc/sys entry with dots between its parts"):
+        sp.check_key(key)
+    with pytest.raises(ValueError, match=re.escape("no part may be empty, '.' or '..'")):
+        sp.key_to_path(key)
+
+
+def test_module_refuses_a_key_that_leaves_proc_sys_and_writes_nothing(make_tree, run_module):
+    root, _unused = make_tree("two_socket")
+    (root / "etc" / "cron.d").mkdir(parents=True)
+    sysctls = {"vm.swappiness": 1, ESCAPING_KEY: "* * * * * root touch /pwned"}
+    result = run_module(module, args(root, sysctls=sysctls), bins={"sysctl": "/usr/sbin/sysctl"})
+    assert result["_failed"] is True
+    assert result["msg"].startswith("cannot render the sysctl profile: sysctl key 'kernel.//.//.//.etc.cron/d.x' has")
+    assert result["msg"].endswith("fix the sysctls dict")
+    assert not (root / "etc" / "cron.d" / "x").exists()
+    assert not (root / "etc" / "sysctl.d" / "90-gpuops-tuning.conf").exists()
+    assert result["_commands"] == []
