@@ -44,13 +44,13 @@ class PinningError(ValueError):
 
 
 def _check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise PinningError(f"{name!r} is not a Debian package name or glob (lowercase letters, digits, '.+-', '*?')")
     return name
 
 
 def _check_version(version: str, what: str) -> str:
-    if not isinstance(version, str) or not _VERSION_RE.match(version):
+    if not isinstance(version, str) or not _VERSION_RE.fullmatch(version):
         raise PinningError(f"{what}: {version!r} is not an exact Debian version (for example 550.127.08-1)")
     return version
 

@@ -33,12 +33,12 @@ __all__ = [
     "version_matches",
 ]
 
-_DRIVER_RE = re.compile(r"^[Rr]?(\d{3,4})(?:\.(\d{1,3}))?(?:\.(\d{1,3}))?$")
-_CUDA_RE = re.compile(r"^(\d{1,2})\.(\d{1,2})(?:\.(\d{1,3}))?$")
-_NCCL_RE = re.compile(r"^(\d{1,2})\.(\d{1,3})\.(\d{1,3})$")
-_EPOCH_RE = re.compile(r"^\d+$")
-_UPSTREAM_RE = re.compile(r"^[0-9][A-Za-z0-9.+~_^-]*$")
-_REVISION_RE = re.compile(r"^[A-Za-z0-9.+~_^]+$")
+_DRIVER_RE = re.compile(r"[Rr]?(\d{3,4})(?:\.(\d{1,3}))?(?:\.(\d{1,3}))?", re.ASCII)
+_CUDA_RE = re.compile(r"(\d{1,2})\.(\d{1,2})(?:\.(\d{1,3}))?", re.ASCII)
+_NCCL_RE = re.compile(r"(\d{1,2})\.(\d{1,3})\.(\d{1,3})", re.ASCII)
+_EPOCH_RE = re.compile(r"\d+", re.ASCII)
+_UPSTREAM_RE = re.compile(r"[0-9][A-Za-z0-9.+~_^-]*")
+_REVISION_RE = re.compile(r"[A-Za-z0-9.+~_^]+")
 
 OPERATORS = {
     "<": lambda c: c < 0,
@@ -81,7 +81,7 @@ def parse_driver(value):
     ``"550.127.08"`` gives ``(550, 127, 8)``.
     """
     text = _text(value, "NVIDIA driver version")
-    match = _DRIVER_RE.match(text)
+    match = _DRIVER_RE.fullmatch(text)
     if not match:
         raise ValueError(
             'NVIDIA driver version %r is malformed: give a branch such as "550" '
@@ -98,7 +98,7 @@ def driver_branch(value):
 def parse_cuda(value):
     """Parse a CUDA version ``MAJOR.MINOR`` or ``MAJOR.MINOR.UPDATE`` into a tuple of ints."""
     text = _text(value, "CUDA version")
-    match = _CUDA_RE.match(text)
+    match = _CUDA_RE.fullmatch(text)
     if not match:
         raise ValueError(
             'CUDA version %r is malformed: give MAJOR.MINOR such as "12.4" '
@@ -116,7 +116,7 @@ def cuda_dashed(value):
 def parse_nccl(value):
     """Parse an NCCL version ``MAJOR.MINOR.PATCH`` (such as ``2.21.5``) into a tuple of ints."""
     text = _text(value, "NCCL version")
-    match = _NCCL_RE.match(text)
+    match = _NCCL_RE.fullmatch(text)
     if not match:
         raise ValueError('NCCL version %r is malformed: give MAJOR.MINOR.PATCH such as "2.21.5"' % (text,))
     return tuple(int(part) for part in match.groups())
@@ -135,7 +135,7 @@ def parse_package_version(value):
     rest = text
     if ":" in text:
         epoch_text, rest = text.split(":", 1)
-        if not _EPOCH_RE.match(epoch_text):
+        if not _EPOCH_RE.fullmatch(epoch_text):
             raise ValueError(
                 "package version %r has a malformed epoch %r: the epoch is a number before the first colon, "
                 'as in "1:4.1.1-1"' % (text, epoch_text)
@@ -144,9 +144,9 @@ def parse_package_version(value):
     upstream, revision = rest, ""
     if "-" in rest:
         upstream, revision = rest.rsplit("-", 1)
-        if not _REVISION_RE.match(revision):
+        if not _REVISION_RE.fullmatch(revision):
             raise ValueError("package version %r has an empty or malformed revision after the last '-'" % (text,))
-    if not _UPSTREAM_RE.match(upstream) or ":" in upstream:
+    if not _UPSTREAM_RE.fullmatch(upstream) or ":" in upstream:
         raise ValueError(
             "package version %r is malformed: the upstream version must start with a digit and use only "
             "letters, digits and . + ~ _ ^ -" % (text,)

@@ -51,14 +51,14 @@ def split_evr(evr: str) -> dict:
     if not sep:
         version, release = rest, None
     for part in (version, release):
-        if part is not None and not _PART_RE.match(part):
+        if part is not None and not _PART_RE.fullmatch(part):
             raise VersionlockError(f"{evr!r} is not an RPM [epoch:]version-release")
     return {"epoch": epoch, "version": version, "release": release}
 
 
 def lock_entry(name: str, evr: str) -> str:
     """The versionlock spec for an exact package: ``name-epoch:version-release.*``."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise VersionlockError(f"{name!r} is not an RPM package name")
     parts = split_evr(evr)
     if parts["release"] is None:
@@ -238,7 +238,13 @@ def plan_module_stream(stream_spec: str, enabled: dict[str, str]) -> list[list[s
     to the new stream, which an exact-version install then overrides).
     """
     module, sep, stream = stream_spec.partition(":")
-    if not sep or not module or not stream or not _NAME_RE.match(module) or not re.match(r"^[\w.+-]+$", stream):
+    if (
+        not sep
+        or not module
+        or not stream
+        or not _NAME_RE.fullmatch(module)
+        or not re.fullmatch(r"[\w.+-]+", stream, re.ASCII)
+    ):
         raise VersionlockError(f"{stream_spec!r} is not a dnf module stream (for example nvidia-driver:550-dkms)")
     current = enabled.get(module)
     if current == stream:

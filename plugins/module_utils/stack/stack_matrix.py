@@ -34,9 +34,11 @@ PLACEHOLDERS = frozenset(
     ("branch", "driver", "os_major", "cuda", "cuda_dashed", "cuda_full", "nccl", "dcgm", "dcgm_cuda_major")
 )
 _PLACEHOLDER_RE = re.compile(r"\{([^{}]*)\}")
-_EOL_RE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
-_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+.*{}_-]*$")
+_EOL_RE = re.compile(r"\d{4}-(0[1-9]|1[0-2])", re.ASCII)
+_DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9+.*{}_-]*")
+# A package version template: a version's characters (Debian's and rpm's), * and {placeholders}.
+_VERSION_TEMPLATE_RE = re.compile(r"[A-Za-z0-9.+~:_^*{}-]+")
 
 TOP_KEYS = {
     "schema_version": True,
@@ -189,7 +191,7 @@ class _Checker:
                 continue
             self.text(where + ".title", entry["title"]) if "title" in entry else None
             if "retrieved" in entry and not (
-                isinstance(entry["retrieved"], str) and _DATE_RE.match(entry["retrieved"])
+                isinstance(entry["retrieved"], str) and _DATE_RE.fullmatch(entry["retrieved"])
             ):
                 self.error(where + ".retrieved", 'must be a quoted date "YYYY-MM-DD", got %r' % (entry["retrieved"],))
 
@@ -212,7 +214,7 @@ class _Checker:
             numbers.append(branch)
             self.choice(where + ".kind", entry.get("kind"), BRANCH_KINDS)
             eol = entry.get("eol")
-            if eol is not None and not (isinstance(eol, str) and _EOL_RE.match(eol)):
+            if eol is not None and not (isinstance(eol, str) and _EOL_RE.fullmatch(eol)):
                 self.error(where + ".eol", 'must be a quoted "YYYY-MM" or null, got %r' % (eol,))
             if entry.get("kind") in ("ltsb", "production") and eol is None:
                 self.error(where + ".eol", "LTSB and production branches have a published end of life: set it")
@@ -540,13 +542,13 @@ class _Checker:
                 p_where = "%s.packages[%d]" % (where, p_index)
                 if self.keys(p_where, package, ["name", "version"]):
                     self.package_name(p_where + ".name", package.get("name"), glob=False)
-                    self.template(p_where + ".version", package.get("version"))
+                    self.version_template(p_where + ".version", package.get("version"))
             for p_index, pin in enumerate(self.listing(where + ".pins", rule.get("pins", []))):
                 p_where = "%s.pins[%d]" % (where, p_index)
                 if self.keys(p_where, pin, ["names", "version"]):
                     for name in self.listing(p_where + ".names", pin.get("names", [])):
                         self.package_name(p_where + ".names", name, glob=True)
-                    self.template(p_where + ".version", pin.get("version"))
+                    self.version_template(p_where + ".version", pin.get("version"))
             if ok:
                 usable.append((index, rule))
         self.packaging_coverage(usable, branches)
@@ -560,10 +562,21 @@ class _Checker:
                     where, "unknown placeholder {%s} (known: %s)" % (placeholder, ", ".join(sorted(PLACEHOLDERS)))
                 )
 
+    def version_template(self, where, value):
+        if not self.text(where, value):
+            return
+        if not _VERSION_TEMPLATE_RE.fullmatch(value):
+            self.error(
+                where,
+                "%r is not a package version: letters, digits, . + ~ : _ ^ - and * only, with {placeholders}, "
+                "no whitespace or newline" % (value,),
+            )
+        self.template(where, value)
+
     def package_name(self, where, value, glob):
         if not self.text(where, value):
             return
-        if not _NAME_RE.match(value) or (not glob and "*" in value):
+        if not _NAME_RE.fullmatch(value) or (not glob and "*" in value):
             self.error(where, "%r is not a valid package name%s" % (value, " or glob" if glob else ""))
         self.template(where, value)
 

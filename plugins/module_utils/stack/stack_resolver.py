@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import difflib
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import image_cuda
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import image_cuda, package_syntax
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_version import (
     compare_versions,
     cuda_dashed,
@@ -464,6 +464,22 @@ def _fill(template, values):
     return template.format(**values)
 
 
+def _package_syntax(component, osys, names, version, res, glob=False):
+    """A violation for each name or version, filled in from the matrix, that the OS's package manager cannot take."""
+    manager = osys.get("package_manager")
+    if manager not in (package_syntax.APT, package_syntax.DNF):
+        return
+    problems = [package_syntax.name_problem(name, manager, glob=glob) for name in names]
+    problems.append(package_syntax.version_problem(version, manager, pattern=True))
+    for problem in filter(None, problems):
+        res.violate(
+            "matrix.package_syntax",
+            "the compatibility matrix's %s packaging for %s gives a package that %s cannot install: %s; fix the "
+            "packaging rule in the matrix (gpuops_matrix_path, or matrix/nvidia_stack.yml)"
+            % (component, osys["id"], manager, problem),
+        )
+
+
 def _add_component(matrix, component, label, osys, branch, kernel_modules, values, packages, pins, res):
     rule = matrix.packaging_rule(component, osys["flavor"], branch, kernel_modules)
     if rule is None:
@@ -476,6 +492,7 @@ def _add_component(matrix, component, label, osys, branch, kernel_modules, value
     for package in rule["packages"]:
         name = _fill(package["name"], values)
         version = _fill(package["version"], values)
+        _package_syntax(component, osys, [name], version, res)
         packages.append(
             {
                 "component": label,
@@ -485,6 +502,8 @@ def _add_component(matrix, component, label, osys, branch, kernel_modules, value
             }
         )
     for pin in rule["pins"]:
+        names = [_fill(name, values) for name in pin["names"]]
+        _package_syntax(component, osys, names, _fill(pin["version"], values), res, glob=True)
         pins.append(
             {
                 "component": label,

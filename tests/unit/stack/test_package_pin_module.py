@@ -278,3 +278,26 @@ def test_apt_holds_only_the_installed_packages_but_pins_every_name(run_module, n
     assert "nvidia-settings" in preferences
     assert ["/usr/bin/apt-mark", "hold", "nvidia-driver"] in node.calls
     assert node.held == {"nvidia-driver"}
+
+
+@pytest.mark.parametrize(
+    ("package", "message"),
+    [
+        ({"name": "nvidia-driver-550\n", "version": "550.127.08-1"}, "is not a Debian package name"),
+        ({"name": "nvidia-driver-550", "version": "550.127.08-1\n"}, "is not an exact Debian version"),
+    ],
+)
+def test_a_name_or_version_ending_in_a_newline_writes_no_pin_file(run_module, node, paths, package, message):
+    # Written, "Package: nvidia-driver-550\n\nPin: ..." ends the stanza early and every apt command exits 100.
+    with pytest.raises(run_module.Fail, match=message):
+        run_module(package_pin.main, dict(paths, packages=[package], pins=[]))
+    assert not os.path.exists(paths["preferences_path"])
+    assert hold_calls(node) == []
+
+
+def test_a_dnf_name_ending_in_a_newline_writes_no_versionlock(run_module, node, paths):
+    node.binaries = {"dnf", "rpm"}
+    package = {"name": "nvidia-driver\n", "version": "3:550.127.08-1.el9"}
+    with pytest.raises(run_module.Fail, match="is not an RPM package name"):
+        run_module(package_pin.main, dict(paths, packages=[package], pins=[]))
+    assert not os.path.exists(paths["versionlock_path"])
