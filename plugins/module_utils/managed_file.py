@@ -2,14 +2,21 @@
 
 Every module that writes a file (a sysctl drop-in, /etc/default/grub, an apt
 preferences file, a Prometheus textfile, ...) goes through ``write_atomic``:
-a temporary file in the same directory, the final mode set on it, then
-``AnsibleModule.atomic_move`` so a reader never sees half a file.
+a temporary file in the same directory, the final mode set on it, its content
+flushed to the disk (fsync), then ``AnsibleModule.atomic_move`` so a reader never
+sees half a file, and the directory flushed after the rename (``sync_directory``)
+so a crash or a power cut right after leaves the old file or the new one, never
+an empty one.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
+
+# What a filesystem that cannot flush a directory answers; the rename is then as durable as it can make it.
+_NO_DIRECTORY_SYNC = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF)
 
 
 def read_text(path, default=None):
@@ -41,8 +48,21 @@ def write_atomic(module, path, content, mode=0o644, create_parent=False):
     replace_file(path, content, mode, module.atomic_move)
 
 
+def sync_directory(directory):
+    """Flush ``directory`` (a rename in it) to the disk; a filesystem that cannot flush a directory is let be."""
+    fd = os.open(directory or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in _NO_DIRECTORY_SYNC:
+            raise
+    finally:
+        os.close(fd)
+
+
 def replace_file(path, content, mode=0o644, move=os.replace):
-    """Write ``content`` to a temporary file beside ``path`` with ``mode``, then ``move`` it over ``path``.
+    """Write ``content`` to a temporary file beside ``path`` with ``mode``, flush it to the disk, ``move`` it over
+    ``path``, then flush the directory.
 
     Modules pass ``AnsibleModule.atomic_move`` (SELinux contexts, ownership); the controller's own
     writers (the controller_report action) keep ``os.replace``.
@@ -52,8 +72,11 @@ def replace_file(path, content, mode=0o644, move=os.replace):
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.chmod(tmp, mode)
         move(tmp, path)
+        sync_directory(directory)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

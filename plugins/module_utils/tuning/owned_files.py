@@ -96,6 +96,7 @@ def sync_link(module, path: str, target: str, diff=None) -> bool:
             os.unlink(tmp)
         os.symlink(target, tmp)
         os.replace(tmp, path)
+        managed_file.sync_directory(os.path.dirname(path))
     except OSError as exc:
         if os.path.lexists(tmp):
             os.unlink(tmp)
