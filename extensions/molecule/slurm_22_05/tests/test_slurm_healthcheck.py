@@ -8,12 +8,21 @@ judges more than 10 per hour (``ecc_rate``), and the command, run by slurmd as H
 with its one-line reason, which ``scontrol show node`` shows. s22-gpu2, healthy, is not drained. Then the Include
 goes, the fault is cleared and the node resumed. Also times the command per level on a lab node (``--no-state``),
 written to ``.lab/slurm_22_05_measures.json``; nothing asserts on durations.
+
+Issue 25's proof follows on s22-gpu1, each case judged by slurmd's own runs: a job of uid 65534 that runs a
+program named like an Xid 79 message and crashes (the kernel's real segfault line, read from the lab host's
+kernel, goes into the node's kernel log) leaves the node in service; a misspelt configuration key and a stored
+state with one field of the wrong shape each drain it with ``gpuops-health: check failed: ...``; an Xid logged
+while slurmctld is stopped, whose first drain (the Slurm wrapper run by hand) fails, drains the node once
+slurmctld is back.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
@@ -140,3 +149,178 @@ def test_the_healthy_node_stays_in_service(drain):
     other = drain["after"][HEALTHY]
     assert not ru.drained(other), other
     assert other["state"] in {"idle", "mixed", "allocated"}
+
+
+# --- issue 25: the command fails closed under slurmd, and a job cannot forge its evidence ---------------------
+CONFIG = "/etc/gpuops/gpu-health.json"
+KERN_LOG = "/var/log/gpuops-lab/kern.log"
+CHECK_FAILED = PREFIX + "check failed: "
+# An x86-64 ELF whose first instruction writes to address 0 (mov dword ptr [0], 0): it segfaults in its own
+# file, so the kernel's segfault line names that file after " in ", and starts with its first 15 characters.
+ELF_SCRIPT = """
+import os, struct, sys
+code = bytes.fromhex("c704250000000000000000")
+size = 64 + 56 + len(code)
+header = struct.pack("<16sHHIQQQIHHHHHH", b"\\x7fELF\\x02\\x01\\x01" + bytes(9), 2, 0x3E, 1, 0x400078, 64, 0, 0, 64, 56,
+                     1, 0, 0, 0)
+program = struct.pack("<IIQQQQQQ", 1, 5, 0, 0x400000, 0x400000, size, size, 0x1000)
+os.makedirs("/var/tmp/forge", mode=0o755, exist_ok=True)
+with open(os.path.join("/var/tmp/forge", sys.argv[1]), "wb") as out:
+    out.write(header + program + code)
+os.chmod(os.path.join("/var/tmp/forge", sys.argv[1]), 0o755)
+"""
+
+
+def last_run(node: str) -> float:
+    """When the command last read the kernel log on ``node`` (its stored cursor), 0 before any run."""
+    text = ru.sh(node, "cat", STATE, check=False)
+    try:
+        return float((json.loads(text).get("cursor") or {}).get("time") or 0)
+    except ValueError:
+        return 0.0
+
+
+def wait_for_a_run_after(node: str, moment: float) -> None:
+    ru.wait_for(f"a health check run on {node}", lambda: last_run(node) > moment + 1, timeout=90)
+
+
+def kernel_events(node: str) -> int:
+    """Driver events the command finds in the node's whole kernel log (a run that stores nothing)."""
+    out = ru.sh(node, "gpuops-gpu-health", "--json", "--no-state", "--since", "boot", check=False)
+    return json.loads(out)["facts"]["kernel_events"]
+
+
+def resume(node: str) -> None:
+    ru.sh(ru.CONTROLLER, "scontrol", "update", f"nodename={node}", "state=resume", check=False)
+    ru.wait_for(f"{node} in service", lambda: not ru.drained(ru.slurm_nodes()[node]), timeout=60)
+
+
+def host_kernel_lines(token: str) -> list[str]:
+    """The lab host's kernel messages (the nodes share its kernel) that carry ``token``, without the time."""
+    done = subprocess.run(["dmesg"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, f"dmesg on the lab host: {done.stderr}"
+    return [line.split("] ", 1)[1] for line in done.stdout.splitlines() if token in line and "] " in line]
+
+
+def append_kernel_line(node: str, message: str) -> None:
+    """``message`` into the node's kernel log as rsyslog writes the kernel's lines (the lab's log transport)."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
+    ru.sh(node, "sh", "-c", 'printf "%s\\n" "$1" >> ' + KERN_LOG, "sh", f"{stamp} {node} kernel: {message}")
+
+
+@pytest.fixture(scope="module", name="fail_closed")
+def fixture_fail_closed(drain):
+    """After the ECC case: four faults of the command itself, each judged by slurmd's own runs.
+
+    1. A job of uid 65534 runs a program named like an Xid 79 message, which crashes: the kernel's segfault
+       line (read from the lab host's kernel, which the nodes share) goes into the node's kernel log. Slurm's
+       next runs leave the node in service.
+    2. The configuration gains a misspelt key: slurmd's next run drains the node with ``check failed``.
+    3. The stored state gets one field of the wrong shape: drained with ``check failed``, the file set aside.
+    4. slurmctld is stopped, an Xid 79 is logged and the Slurm wrapper runs (its drain fails); slurmctld is
+       started again: slurmd's next run drains the node for the Xid.
+    """
+    seen = {}
+    ru.sh(NODE, "gpuops-lab-fault", "clear")
+    log_before = ru.sh(NODE, "cat", KERN_LOG, check=False)
+    ru.sh(NODE, "cp", "-p", CONFIG, CONFIG + ".lab")
+    try:
+        resume(NODE)
+        wait_for_a_run_after(NODE, time.time())
+        seen["resumed"] = ru.slurm_nodes()[NODE]
+        # 1. the forgery, as an unprivileged job
+        token = "lab%d" % int(time.time())
+        name = f"NVRM: Xid (PCI:0000:18:00): 79, pid=1, name={token}, GPU has fallen off the bus"
+        ru.sh(NODE, "python3", "-c", ELF_SCRIPT, name)
+        job = ru.sh(
+            ru.CONTROLLER, "runuser", "-u", "nobody", "--", "sbatch", "--parsable", f"--nodelist={NODE}",
+            "--chdir=/tmp", "--output=/dev/null", "--wrap", "'/var/tmp/forge/%s'" % name,
+        ).strip()  # fmt: skip
+        queued = lambda: ru.sh(ru.CONTROLLER, "squeue", "-h", "-j", job, check=False).strip()  # noqa: E731
+        ru.wait_for(f"the forging job {job} to end", lambda: not queued())
+        lines = ru.wait_for("the kernel's segfault line", lambda: host_kernel_lines(token), timeout=30)
+        seen["forged"] = lines[0]
+        events_before = kernel_events(NODE)
+        append_kernel_line(NODE, lines[0])
+        forged_at = time.time()
+        seen["events"] = (events_before, kernel_events(NODE))
+        wait_for_a_run_after(NODE, forged_at)
+        wait_for_a_run_after(NODE, last_run(NODE))
+        seen["after_forgery"] = ru.slurm_nodes()[NODE]
+        # 2. a misspelt key, as a tired operator's hand edit
+        edit = "import json,sys; p=sys.argv[1]; c=json.load(open(p)); c['levle']='quick'; json.dump(c, open(p,'w'))"
+        ru.sh(NODE, "python3", "-c", edit, CONFIG)
+        ru.wait_for("a check-failed drain", lambda: ru.slurm_nodes()[NODE]["reason"] or "", timeout=90)
+        seen["misspelt"] = ru.slurm_nodes()[NODE]
+        ru.sh(NODE, "cp", "-p", CONFIG + ".lab", CONFIG)
+        resume(NODE)
+        # 3. a state field of the wrong shape
+        broken = json.loads(ru.sh(NODE, "flock", "/var/lib/gpuops-health/lock", "cat", STATE))
+        broken["samples"] = [{"time": "yesterday"}]
+        # under the command's own lock, so that a run in progress cannot save over it
+        write = f'printf "%s" "$1" > {STATE}.new && mv {STATE}.new {STATE}'
+        ru.sh(NODE, "flock", "/var/lib/gpuops-health/lock", "sh", "-c", write, "sh", json.dumps(broken))
+        ru.wait_for("a check-failed drain", lambda: ru.slurm_nodes()[NODE]["reason"] or "", timeout=90)
+        seen["broken_state"] = ru.slurm_nodes()[NODE]
+        seen["set_aside"] = ru.sh(NODE, "sh", "-c", "ls /var/lib/gpuops-health/ | grep unreadable", check=False)
+        resume(NODE)
+        wait_for_a_run_after(NODE, time.time())
+        seen["after_set_aside"] = ru.slurm_nodes()[NODE]
+        # 4. an Xid while the controller is stopped
+        ru.sh(ru.CONTROLLER, "systemctl", "stop", "slurmctld")
+        try:
+            ru.sh(NODE, "gpuops-lab-fault", "xid", "--gpu", "0", "--code", "79")
+            done = subprocess.run(
+                ["podman", "exec", NODE, "/usr/local/sbin/gpuops-gpu-health-slurm"],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            seen["first_attempt"] = {"rc": done.returncode, "out": done.stdout, "err": done.stderr}
+        finally:
+            ru.sh(ru.CONTROLLER, "systemctl", "start", "slurmctld")
+        ru.wait_for("slurmd's drain for the Xid", lambda: ru.slurm_nodes()[NODE]["reason"] or "", timeout=120)
+        seen["xid_drain"] = ru.slurm_nodes()[NODE]
+        yield seen
+    finally:
+        ru.sh(NODE, "cp", "-p", CONFIG + ".lab", CONFIG, check=False)
+        ru.sh(NODE, "sh", "-c", f'printf "%s" "$1" > {KERN_LOG}', "sh", log_before, check=False)
+        ru.sh(NODE, "gpuops-lab-fault", "clear", check=False)
+        ru.sh(NODE, "rm", "-rf", "/var/tmp/forge", check=False)
+        ru.sh(ru.CONTROLLER, "systemctl", "start", "slurmctld", check=False)
+        ru.sh(ru.CONTROLLER, "scontrol", "update", f"nodename={NODE}", "state=resume", check=False)
+
+
+def test_a_job_named_like_an_xid_message_leaves_the_node_in_service(fail_closed):
+    assert not ru.drained(fail_closed["resumed"]), fail_closed["resumed"]
+    forged = fail_closed["forged"]
+    assert forged.startswith("NVRM: Xid (PCI:[")
+    assert "segfault at 0" in forged
+    assert " in NVRM: Xid (PCI:0000:18:00): 79, pid=1" in forged
+    before, after = fail_closed["events"]
+    assert after == before  # the line is in the log the command reads, and is no event
+    assert not ru.drained(fail_closed["after_forgery"]), fail_closed["after_forgery"]
+
+
+def test_a_misspelt_configuration_drains_with_check_failed(fail_closed):
+    node = fail_closed["misspelt"]
+    assert ru.drained(node), node
+    assert node["reason"].startswith(CHECK_FAILED + "configuration: ")
+    assert "unknown key 'levle'" in node["reason"]
+
+
+def test_a_broken_state_file_drains_with_check_failed_and_is_set_aside(fail_closed):
+    node = fail_closed["broken_state"]
+    assert ru.drained(node), node
+    assert node["reason"].startswith(CHECK_FAILED + "stored state unusable (samples has the wrong shape)")
+    assert "state.json.unreadable-" in fail_closed["set_aside"]
+    assert not ru.drained(fail_closed["after_set_aside"])  # the fresh state is good: once
+
+
+def test_an_xid_whose_first_drain_failed_drains_once_the_controller_is_back(fail_closed):
+    first = fail_closed["first_attempt"]
+    assert first["rc"] == 1, first
+    assert "xid: Xid 79" in first["out"]
+    assert "slurm: scontrol" in first["err"]
+    node = fail_closed["xid_drain"]
+    assert ru.drained(node), node
+    assert node["reason"].startswith(PREFIX + "GPU 0 (")
+    assert "xid: Xid 79" in node["reason"]
