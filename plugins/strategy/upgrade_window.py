@@ -59,8 +59,9 @@ description:
     (C(gpuops.cluster.slurm_drain), no wait, the reason the prefix and the run id, then C(drained ahead of its upgrade
     slot)) when the window has room it cannot fill, each as a task of its own waiting host, delegated to the Slurm
     controller. Such a node takes its slot first when its job ends; one whose job ended with no slot free, and one that
-    passes its slot not admitted (deferred, halted, blocked, left out), is resumed first (only a drain of ours). Every
-    drain ahead and every resume is in the journal (C(drain_ahead), C(undrain)).
+    passes its slot not admitted (deferred, halted, blocked, left out), is resumed first (only a drain of ours); such a
+    host waits at its slot until its give-back has run, however long no worker is free for it. Every drain ahead and
+    every resume is in the journal (C(drain_ahead), C(undrain)).
   - Plays without an C(upgrade_slot) task run exactly as under C(free).
 author:
   - gpuops.cluster maintainers (@gpuops)
@@ -157,6 +158,8 @@ class StrategyModule(FreeStrategyModule):
         self._ahead_todo: list = []  # (host name, "drain" or "resume") decided, not queued yet (no fork, host busy)
         self._ahead_tasks: dict = {}  # task uuid -> (host name, "drain" or "resume") running
         self._drained_ahead: set = set()  # hosts drained ahead of their slot by us, not given back yet
+        self._giving_back: set = set()  # hosts held at their slot until their drain ahead is given back
+        self._not_given_back: dict = {}  # host name -> why the give-back of its drain ahead failed
         self._slot_task = None  # the first slot task reached: where the window's own tasks take their place
         self._play_context = None
         self._journal = None  # run_journal.JournalWriter, when the slot task names a journal
@@ -392,8 +395,11 @@ class StrategyModule(FreeStrategyModule):
             # every read of the fleet during the run so far: when, how long, why, what changed
             "refreshes": list(self._schedule.reads) if self._schedule is not None else [],
             # drained ahead of its slot now (a host passing not admitted is given back first)
-            "drained_ahead": name in self._drained_ahead,
+            "drained_ahead": name in self._drained_ahead or name in self._not_given_back,
         }
+        if name in self._not_given_back and not admitted:
+            why = self._not_given_back[name]
+            record["reason"] = "%s; still drained ahead: its give-back failed: %s" % (reason, why)
         self._records[name] = record
         return record
 
@@ -597,19 +603,24 @@ class StrategyModule(FreeStrategyModule):
         self._ahead_todo = todo
 
     def _hold_drained_ahead(self, iterator, passing) -> list:
-        """Hosts passing their slot not admitted while drained ahead are given back to their scheduler first."""
+        """Hosts passing their slot not admitted while drained ahead are given back to their scheduler first.
+
+        Such a host passes only once its give-back has run: with no worker free for it now, it keeps waiting at its
+        slot (the busy workers' hosts keep the loop going) and its give-back is queued on a later pass, never
+        dropped, so neither the run nor the host moves on with the node drained.
+        """
         if not self._drained_ahead:
             return passing
         kept = []
         for host in passing:
             name = host.name
             if name in self._drained_ahead and name not in self._holding:
-                if self._queue_ahead(iterator, host, "resume", wait=True):
-                    continue  # passes once its give-back is done
-                record = dict(self._records.get(name, {}), drained_ahead=True)
-                record["reason"] = "%s; still drained ahead (no fork free to give it back)" % record.get("reason")
-                self._records[name] = record
-                self._hand(host, record)
+                # a few seconds for a worker the first time; on later passes only a worker free now
+                first = name not in self._giving_back
+                self._giving_back.add(name)
+                self._queue_ahead(iterator, host, "resume", wait=first)
+                continue  # passes once its give-back is done
+            self._giving_back.discard(name)
             kept.append(host)
         return kept
 
@@ -650,7 +661,8 @@ class StrategyModule(FreeStrategyModule):
             return
         self._drained_ahead.discard(name)
         if failed:
-            self._write("undrain", node=name, ok=False, why=data.get("msg") or "failed")
+            self._not_given_back[name] = data.get("msg") or "failed"
+            self._write("undrain", node=name, ok=False, why=self._not_given_back[name])
         else:
             self._write("undrain", node=name, ok=True)
 
