@@ -18,12 +18,15 @@ but the one the operator names as the upgrade's maintenance reservation
 already, so the window takes them first (``maintenance``).
 
 A node to upgrade that Slurm shows drained by us (``owner: ours``: the reason carries our
-prefix; left by a run that crashed or halted) is out of service already: the window counts
-it so from the start and takes it first (``resume``). One drained ahead of its slot (our reason
-ends with ``window_plan.DRAIN_AHEAD_REASON``) still runs its job and held no slot: it starts
-drained ahead (``drained_ahead``), takes its slot first when its job ends. A node Slurm shows in
-service, with no drain of ours, has ``resume`` and ``drained_ahead`` false: Slurm is the truth about
-it, whatever a previous run's journal says.
+prefix; left by a run that crashed or halted) is out of service already: the window counts it so
+from the start and takes it first (``resume``). So is a node the survey found done (on the
+target, or left out) that Slurm shows drained by us: it is not done while our drain holds it (a
+run lost its controller before giving it back), so it is resumed like the others, and given back
+only once its gate passed; it counts against ``max_unavailable`` until then. One drained ahead
+of its slot (our reason ends with ``window_plan.DRAIN_AHEAD_REASON``) still runs its job and
+held no slot: it starts drained ahead (``drained_ahead``), takes its slot first when its job
+ends. A node Slurm shows in service, with no drain of ours, has ``resume`` and ``drained_ahead``
+false: Slurm is the truth about it, whatever a previous run's journal says.
 """
 
 from __future__ import annotations
@@ -116,7 +119,13 @@ def window_nodes(hosts, slurm=None, canary=(), maintenance=None) -> list[dict]:
             elif node.get("state") in ("idle", "busy") and in_reservation(found):
                 node["state"] = "reserved"
                 node.pop("job_end", None)
-            elif node.get("state") in ("idle", "busy") and found.get("owner") == "ours" and not node["done"]:
+            elif node.get("state") in ("idle", "busy") and found.get("owner") == "ours" and node["done"]:
+                # On the target by the survey, but drained by us (left by a run that lost its controller before
+                # giving it back): out of service, not done. Resumed first, its gate verifies it, then it is given
+                # back; until then it counts against max_unavailable.
+                node["done"] = False
+                node["resume"] = True
+            elif node.get("state") in ("idle", "busy") and found.get("owner") == "ours":
                 if str(found.get("reason") or "").endswith(window_plan.DRAIN_AHEAD_REASON):
                     node["drained_ahead"] = True
                 else:

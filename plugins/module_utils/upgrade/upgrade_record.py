@@ -73,10 +73,13 @@ def begin(fact, target: dict, run_id: str, now: str, fallback_previous: dict | N
     ``fallback_previous`` (a resolved stack the operator names for nodes installed
     before gpuops recorded anything). An upgrade already pending (an aborted run)
     keeps the ``previous`` it recorded: the node may be half-way, and a rollback must
-    go back to where it started.
+    go back to where it started. A node whose ``current`` is the target already (resumed: on the target but
+    left drained by us) keeps its ``previous``.
     """
     fact = load_fact(fact)
-    if fact["pending"] is None:
+    if fact["pending"] is None and fact["current"] is not None and fact["current"] == stack_summary(target):
+        pass  # already on the target (a node resumed to be verified and given back): the rollback stays where it was
+    elif fact["pending"] is None:
         fact["previous"] = fact["current"] or stack_summary(fallback_previous)
     elif fact["previous"] is None:
         fact["previous"] = stack_summary(fallback_previous)

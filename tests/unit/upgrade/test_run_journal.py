@@ -238,16 +238,34 @@ def test_the_plan_says_which_nodes_it_resumes():
     assert "resumed first, out of service already (left by an earlier run): b" in window_plan.describe(preview)
 
 
-def test_a_node_to_upgrade_drained_by_us_is_resumed_a_done_one_is_not():
+def test_a_node_drained_by_us_is_resumed_even_when_the_survey_found_it_done():
+    """gpu02 is on the target (done by the survey) but still carries our drain: a controller lost before its
+    give-back. It is not done: it counts out of service against max_unavailable and goes first, to be gated and
+    given back; gpu03, in service, is Slurm's word."""
     hosts = [
         {"host": "gpu01", "done": False, "scheduler_name": "node01"},
         {"host": "gpu02", "done": True, "scheduler_name": "node02"},
         {"host": "gpu03", "done": False, "scheduler_name": "node03"},
+        {"host": "gpu04", "done": True, "scheduler_name": "node04"},
     ]
     ours = {"state": "idle", "job_end": None, "partitions": ["gpu"], "gpus": 8, "owner": "ours"}
-    slurm = [dict(ours, name="node01"), dict(ours, name="node02"), dict(ours, name="node03", owner="none")]
+    slurm = [
+        dict(ours, name="node01"),
+        dict(ours, name="node02"),
+        dict(ours, name="node03", owner="none"),
+        dict(ours, name="node04", owner="none"),
+    ]
     nodes = fleet_nodes.window_nodes(hosts, slurm)
-    assert [node.get("resume", False) for node in nodes] == [True, False, False]
+    assert [node.get("resume", False) for node in nodes] == [True, True, False, False]
+    assert [node["done"] for node in nodes] == [False, False, False, True]
+    window = window_plan.Window(nodes, {"max_unavailable": 2}, now=0)
+    assert window.resumed == ["gpu01", "gpu02"]
+    assert window.skipped == ["gpu04"]
+    assert window.admit(0) == ["gpu01", "gpu02"]
+    assert window.admit(0) == []  # both out: gpu03 waits, max_unavailable 2 holds with them counted
+    window.finish("gpu02", True)
+    window.finish("gpu01", True)
+    assert window.admit(1) == ["gpu03"]
 
 
 def test_the_report_takes_its_timeline_and_reads_from_the_journal():

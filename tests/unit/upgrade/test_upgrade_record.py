@@ -86,6 +86,18 @@ def test_upgrade_then_next_upgrade_records_what_was_current():
     }
 
 
+def test_a_node_resumed_on_the_target_keeps_its_previous_stack():
+    """Upgraded and recorded, but left drained by us (a controller lost before its give-back): the re-run takes it
+    again to gate it and give it back; a rollback must still go back to the stack before the upgrade."""
+    upgraded = upgrade_record.finish(
+        upgrade_record.begin({}, NEW, "r1", T0, fallback_previous=OLD), NEW, "r1", T1, "upgraded"
+    )
+    again = upgrade_record.begin(upgraded, NEW, "r2", T2)
+    assert again["previous"]["resolved"] == OLD
+    assert upgrade_record.rollback_stack(again) == OLD
+    assert again["pending"]["run_id"] == "r2"
+
+
 def test_an_aborted_run_keeps_the_original_previous_on_resume():
     begun = upgrade_record.begin({}, NEW, "r1", T0, fallback_previous=OLD)
     # the run died half-way; the re-run must not record the half-upgraded node as "previous"
