@@ -86,25 +86,55 @@ class ActionModule(ActionBase):
         return drain_adapter.slurm_record(req, answer)
 
     def _kubernetes(self, req, task_vars):
-        cordoned = None
-        node_answer = None
+        owner = None
+        node = None
         if drain_adapter.k8s_needs_node(req):
             node_answer = self._module(drain_adapter.K8S_INFO, drain_adapter.k8s_node_args(req), task_vars)
             why = drain_adapter.module_failure(node_answer)
             if why is not None:
                 return drain_adapter.failure(req, drain_adapter.K8S_INFO, "could not read the Node", why, node_answer)
             try:
-                cordoned = drain_adapter.k8s_cordoned(req, node_answer)
+                owner = drain_adapter.k8s_cordon_owner(req, node_answer)
+                node = drain_adapter.k8s_node_of(req, node_answer)
             except ValueError as exc:
                 return drain_adapter.failure(req, drain_adapter.K8S_INFO, "found no Node", str(exc))
-        plan = drain_adapter.k8s_plan(req, cordoned)
+        plan = drain_adapter.k8s_plan(req, owner)
         if plan["warning"]:
             self._display.warning(plan["warning"])
         known = {"action": plan["action"], "ours": plan["ours"], "pre_existing": plan["pre_existing"]}
 
+        # our mark goes on before our cordon (a controller lost in between leaves a cordon that says it is ours)
+        if plan["mark"] and not self._task.check_mode:
+            failed = self._mark(req, True, task_vars, known)
+            if failed:
+                return failed
         if plan["action"] == "none":
-            return drain_adapter.k8s_record(req, plan, changed=False)
+            out = drain_adapter.k8s_record(req, plan, changed=False)
+        else:
+            out = self._k8s_act(req, plan, known, owner, node, task_vars)
+        # and comes off after our uncordon, or when the cordon is not there any more
+        if (
+            plan["mark"] is False
+            and not out.get("failed")
+            and not self._task.check_mode
+            and drain_adapter.k8s_marked(req, node or {})
+        ):
+            failed = self._mark(req, False, task_vars, known)
+            if failed:
+                return failed
+            out["changed"] = True
+        return out
 
+    def _mark(self, req, mark, task_vars, known):
+        """Put our mark on the Node or take it off; a failed task result, or None."""
+        answer = self._module(drain_adapter.K8S_PATCH, drain_adapter.k8s_mark_args(req, mark), task_vars)
+        why = drain_adapter.module_failure(answer)
+        if why is None:
+            return None
+        doing = "could not %s the %s annotation" % ("set" if mark else "remove", drain_adapter.K8S_MARK)
+        return drain_adapter.failure(req, drain_adapter.K8S_PATCH, doing, why, answer, **known)
+
+    def _k8s_act(self, req, plan, known, owner, node, task_vars):
         started = self._clock()
         answer = self._module(drain_adapter.K8S_DRAIN, drain_adapter.k8s_drain_args(req, plan["action"]), task_vars)
         waited = self._clock() - started
@@ -131,8 +161,10 @@ class ActionModule(ActionBase):
             return drain_adapter.failure(
                 req, drain_adapter.K8S_INFO, "could not list the pods left after the drain", why, pods, **known
             )
-        out = drain_adapter.k8s_drained_record(req, node_answer, drain, pods, waited)
-        if drain_adapter.k8s_recordon_needed(cordoned, drain, outcome):
+        out = drain_adapter.k8s_drained_record(req, {"resources": [node]}, drain, pods, waited)
+        if plan["ours"]:
+            out.update(ours=True, pre_existing=False)  # a cordon of ours left by an earlier run is ours again
+        if drain_adapter.k8s_recordon_needed(owner != "none", drain, outcome):
             again = self._module(drain_adapter.K8S_DRAIN, drain_adapter.k8s_drain_args(req, "cordon"), task_vars)
             why = drain_adapter.module_failure(again)
             if why is not None:

@@ -19,6 +19,13 @@ description:
     M(kubernetes.core.k8s_drain) cordons and drains it (DaemonSet pods stay, emptyDir data is deleted) and, after the
     drain, M(kubernetes.core.k8s_info) lists the pods still on the node. Delegate the task to a host with API access
     and the C(kubernetes) Python library, usually C(localhost) with C(become: false)."
+  - "Kubernetes keeps no owner of a cordon, so ours is marked on the Node with the annotation C(gpuops.cluster/cordon)
+    (the reason prefix and the run; M(kubernetes.core.k8s), a merge patch), set before we cordon and removed when we
+    uncordon. O(state=restored) uncordons only a cordon that carries our mark, whatever O(ours) says; a cordon without
+    it is someone else's (cordoned before the run, or by someone else during it; an operator keeps a node we cordoned
+    cordoned by removing the mark) and is left, with a warning. A cordon of ours left by a run that lost its
+    controller carries the mark: O(state=drained) takes it as ours. C(kubectl cordon) of a node already cordoned
+    changes nothing on the Node, so that one cannot be told from ours."
   - O(adapter=none) does nothing and returns the record of a node nobody drains.
   - "The ownership rule: a node drained (Slurm) or cordoned (Kubernetes) by someone else before the run stays that way.
     O(state=restored) gives back only a drain of ours; O(state=kept) never touches a drain of someone else."
@@ -86,8 +93,8 @@ options:
     description:
       - With O(state=restored) or O(state=kept), whether the drain was ours, as RV(ours) of the O(state=drained) task
         recorded it. V(false) leaves the node as it is without calling anything.
-      - When omitted, the node's state decides. Slurm knows its drain by the reason. A Kubernetes cordon carries no
-        owner, so O(state=restored) keeps a cordoned node cordoned and warns.
+      - When omitted, the node's state decides. Slurm knows its drain by the reason, Kubernetes by our mark on the
+        Node (C(gpuops.cluster/cordon)); a cordon without it is kept, with a warning.
       - Not with O(state=drained), which finds it out.
     type: bool
 extends_documentation_fragment:
@@ -128,6 +135,7 @@ seealso:
   - module: gpuops.cluster.slurm_drain
   - module: kubernetes.core.k8s_drain
   - module: kubernetes.core.k8s_info
+  - module: kubernetes.core.k8s
 """
 
 EXAMPLES = r"""

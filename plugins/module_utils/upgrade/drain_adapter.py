@@ -15,6 +15,16 @@ The record is ``upgrade_record.drain_record``'s (what the audit report keeps und
 
 The ownership rule of the upgrade holds for every state: a node drained (or cordoned) by
 someone else before the run stays drained; only a drain of ours is given back.
+
+Kubernetes keeps no owner of a cordon, so ours is marked on the Node: the annotation
+``gpuops.cluster/cordon`` (:data:`K8S_MARK`), the reason prefix and the run, written before we
+cordon and removed when we uncordon. A cordoned Node without our mark is someone else's: one
+cordoned before the run, or cordoned again by someone else during it after our cordon or our
+mark was lifted (an operator who wants a node we cordoned kept cordoned removes the mark:
+``kubectl annotate node NAME gpuops.cluster/cordon-``); it is left cordoned and reported, whatever
+the drain record says. A cordon of ours left by a run that lost its controller carries the mark,
+so the re-run takes it as ours and gives it back. A ``kubectl cordon`` of a node already
+cordoned changes nothing on the Node: that one cannot be told from ours.
 """
 
 from __future__ import annotations
@@ -26,6 +36,10 @@ STATES = ("drained", "restored", "kept")
 SLURM_DRAIN = "gpuops.cluster.slurm_drain"
 K8S_INFO = "kubernetes.core.k8s_info"
 K8S_DRAIN = "kubernetes.core.k8s_drain"
+K8S_PATCH = "kubernetes.core.k8s"
+# The Node annotation that says a cordon is ours: written before we cordon, removed when we uncordon (or find the
+# cordon is not ours any more). Its value is the reason prefix and the run, such as gpuops-upgrade[20261202T1030Z].
+K8S_MARK = "gpuops.cluster/cordon"
 DEFAULT_PREFIX = "gpuops-upgrade"
 # upgrade_drain's own defaults (its documentation says the same; the rolling upgrade passes its run's values).
 DEFAULT_TIMEOUT = 3600
@@ -249,14 +263,53 @@ def k8s_drain_args(req: dict, action: str) -> dict:
     return args
 
 
-def k8s_cordoned(req: dict, node_result: dict) -> bool:
-    """Whether the Node k8s_info read is cordoned (``spec.unschedulable`` or the unschedulable taint)."""
+def k8s_node_of(req: dict, node_result: dict) -> dict:
+    """The v1 Node k8s_info read (raises ValueError naming what to set when there is none)."""
     resources = (node_result or {}).get("resources") or []
     if not resources:
         raise ValueError(
             "Kubernetes node %r not found: set node to the node's name in the cluster (kubectl get nodes)" % req["node"]
         )
-    return kubernetes_node.cordon_state(resources[0])["cordoned"]
+    return resources[0]
+
+
+def k8s_cordoned(req: dict, node_result: dict) -> bool:
+    """Whether the Node k8s_info read is cordoned (``spec.unschedulable`` or the unschedulable taint)."""
+    return kubernetes_node.cordon_state(k8s_node_of(req, node_result))["cordoned"]
+
+
+def k8s_mark(req: dict) -> str:
+    """The value of our mark on a Node we cordon: the reason prefix and the run."""
+    return "%s[%s]" % (req["reason_prefix"], req["run_id"]) if req["run_id"] else req["reason_prefix"]
+
+
+def k8s_marked(req: dict, node: dict) -> bool:
+    """Whether the Node carries our mark (of any run with our reason prefix)."""
+    value = ((node.get("metadata") or {}).get("annotations") or {}).get(K8S_MARK)
+    prefix = req["reason_prefix"]
+    return isinstance(value, str) and (value == prefix or value.startswith(prefix + "["))
+
+
+def k8s_cordon_owner(req: dict, node_result: dict) -> str:
+    """Who holds the Node's cordon now: ``none`` (not cordoned), ``ours`` (cordoned, our mark on it) or ``other``."""
+    node = k8s_node_of(req, node_result)
+    if not kubernetes_node.cordon_state(node)["cordoned"]:
+        return "none"
+    return "ours" if k8s_marked(req, node) else "other"
+
+
+def k8s_mark_args(req: dict, mark: bool) -> dict:
+    """kubernetes.core.k8s arguments that put our mark on the Node (``mark``) or take it off (a merge patch)."""
+    value = k8s_mark(req) if mark else None
+    return dict(
+        api_version="v1",
+        kind="Node",
+        name=req["node"],
+        state="patched",
+        merge_type=["merge"],
+        definition={"metadata": {"annotations": {K8S_MARK: value}}},
+        **_auth(req),
+    )
 
 
 def k8s_needs_node(req: dict) -> bool:
@@ -264,38 +317,52 @@ def k8s_needs_node(req: dict) -> bool:
     return req["state"] == "drained" or req["ours"] is not False
 
 
-def k8s_plan(req: dict, cordoned: bool | None) -> dict:
-    """What to do on the node: ``{action, ours, pre_existing, warning}``; ``action`` is a k8s_drain state or none.
+def k8s_plan(req: dict, owner: str | None) -> dict:
+    """What to do on the node: ``{action, ours, pre_existing, warning, mark}``; ``action`` is a k8s_drain state or
+    none, ``mark`` True to put our mark on the Node before the action, False to take it off after, None to leave it.
 
-    ``cordoned`` is the Node's state now (None when not read: ``k8s_needs_node`` said no).
+    ``owner`` is :func:`k8s_cordon_owner` of the Node now (None when not read: ``k8s_needs_node`` said no).
 
-    * drained: drain. The drain is ours unless the node was cordoned already (by an operator,
-      a remediation controller), which it then stays after the upgrade.
-    * restored: uncordon a cordon of ours. Without ``ours`` a cordon carries no owner, so a
-      cordoned node is kept cordoned and the plan warns.
-    * kept: a node that is not cordoned any more (a failure before the drain, a drain that
-      gave up) is cordoned again, and that cordon is ours.
+    * drained: drain. The drain is ours unless the node was cordoned by someone else already (by an
+      operator, a remediation controller), which it then stays after the upgrade; a cordon of ours (a
+      run that lost its controller) is ours again.
+    * restored: uncordon a cordon that carries our mark, whatever the record says. A cordon without it
+      is someone else's: kept, and the plan warns (cordoned by someone else during the run, when the
+      record says the drain was ours).
+    * kept: a node that is not cordoned any more (a failure before the drain, a drain that gave up) is
+      cordoned again, and that cordon is ours.
     """
     state, ours = req["state"], req["ours"]
     if state == "drained":
-        return {"action": "drain", "ours": not cordoned, "pre_existing": bool(cordoned), "warning": None}
+        if owner == "other":
+            return {"action": "drain", "ours": False, "pre_existing": True, "warning": None, "mark": None}
+        return {"action": "drain", "ours": True, "pre_existing": False, "warning": None, "mark": True}
     if ours is False:
-        return {"action": "none", "ours": False, "pre_existing": True, "warning": None}
+        return {"action": "none", "ours": False, "pre_existing": True, "warning": None, "mark": None}
     if state == "restored":
-        if not cordoned:
-            return {"action": "none", "ours": bool(ours), "pre_existing": False, "warning": None}
+        if owner == "none":
+            return {"action": "none", "ours": bool(ours), "pre_existing": False, "warning": None, "mark": False}
+        if owner == "ours":
+            return {"action": "uncordon", "ours": True, "pre_existing": False, "warning": None, "mark": False}
         if ours:
-            return {"action": "uncordon", "ours": True, "pre_existing": False, "warning": None}
+            warning = (
+                "Kubernetes node %s was cordoned by someone else during the run (the cordon does not carry our %s "
+                "annotation): kept cordoned" % (req["node"], K8S_MARK)
+            )
+            return {"action": "none", "ours": False, "pre_existing": True, "warning": warning, "mark": None}
         return {
             "action": "none",
             "ours": None,
             "pre_existing": None,
-            "warning": "Kubernetes node %s is cordoned and nothing says the cordon is ours: kept cordoned. "
-            "Pass ours (the drain record's) to give it back" % req["node"],
+            "warning": "Kubernetes node %s is cordoned and nothing says the cordon is ours (no %s annotation): kept "
+            "cordoned" % (req["node"], K8S_MARK),
+            "mark": None,
         }
-    if cordoned:
-        return {"action": "none", "ours": ours, "pre_existing": False, "warning": None}
-    return {"action": "cordon", "ours": True, "pre_existing": False, "warning": None}
+    if owner == "ours":
+        return {"action": "none", "ours": True, "pre_existing": False, "warning": None, "mark": None}
+    if owner == "other":
+        return {"action": "none", "ours": False, "pre_existing": True, "warning": None, "mark": None}
+    return {"action": "cordon", "ours": True, "pre_existing": False, "warning": None, "mark": True}
 
 
 def _warning_texts(result: dict) -> list[str]:

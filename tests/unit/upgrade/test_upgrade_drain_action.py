@@ -276,13 +276,42 @@ def test_check_mode_reaches_the_module_arguments():
 # ---------------------------------------------------------------- kubernetes
 
 
-K8S_DRAIN = {"adapter": "kubernetes", "state": "drained", "timeout": 900, "poll_interval": 5, "kubeconfig": KUBECONFIG}
+K8S_DRAIN = {
+    "adapter": "kubernetes",
+    "state": "drained",
+    "run_id": RUN,
+    "timeout": 900,
+    "poll_interval": 5,
+    "kubeconfig": KUBECONFIG,
+}
 DRAIN_ARGS = {
     "name": "gpu-a01",
     "state": "drain",
     "kubeconfig": KUBECONFIG,
     "delete_options": {"ignore_daemonsets": True, "delete_emptydir_data": True, "wait_timeout": 900, "wait_sleep": 5},
 }
+
+
+MARKED = {"changed": True, "result": {"kind": "Node"}}  # kubernetes.core.k8s patched our mark on or off
+
+
+def mark_args(value, node="gpu-a01", **auth):
+    return {
+        "api_version": "v1",
+        "kind": "Node",
+        "name": node,
+        "state": "patched",
+        "merge_type": ["merge"],
+        "definition": {"metadata": {"annotations": {drain_adapter.K8S_MARK: value}}},
+        **auth,
+    }
+
+
+def marked(node, value="gpuops-upgrade[%s]" % RUN):
+    """The Node with our mark on it (a cordon of ours)."""
+    node = json.loads(json.dumps(node))
+    node["metadata"].setdefault("annotations", {})[drain_adapter.K8S_MARK] = value
+    return node
 
 
 def pods_left(*names):
@@ -297,9 +326,11 @@ def pods_left(*names):
 
 def test_kubernetes_drained_ok():
     drained = {"changed": True, "result": "node gpu-a01 marked unschedulable. 2 Pod(s) deleted from node."}
-    result, modules = run(K8S_DRAIN, k8s_info(load("node-schedulable.json")), drained, pods_left())
+    result, modules = run(K8S_DRAIN, k8s_info(load("node-schedulable.json")), MARKED, drained, pods_left())
     assert modules.calls == [
         ("kubernetes.core.k8s_info", {"kind": "Node", "name": "gpu-a01", "kubeconfig": KUBECONFIG}),
+        # our mark before our cordon
+        ("kubernetes.core.k8s", mark_args("gpuops-upgrade[%s]" % RUN, kubeconfig=KUBECONFIG)),
         ("kubernetes.core.k8s_drain", DRAIN_ARGS),
         (
             "kubernetes.core.k8s_info",
@@ -327,17 +358,19 @@ def test_kubernetes_drain_failed_names_the_blocking_pods_and_cordons_again():
     result, modules = run(
         K8S_DRAIN,
         k8s_info(load("node-schedulable.json")),
+        MARKED,
         failed,
         pods_left("notebook-5d8f7-qk2lm"),
         {"changed": True, "result": "node gpu-a01 marked unschedulable."},
     )
     assert modules.names == [
         "kubernetes.core.k8s_info",
+        "kubernetes.core.k8s",
         "kubernetes.core.k8s_drain",
         "kubernetes.core.k8s_info",
         "kubernetes.core.k8s_drain",
     ]
-    assert modules.calls[3][1] == {"name": "gpu-a01", "state": "cordon", "kubeconfig": KUBECONFIG}
+    assert modules.calls[4][1] == {"name": "gpu-a01", "state": "cordon", "kubeconfig": KUBECONFIG}
     assert not result.get("failed")
     assert (result["timed_out"], result["ours"], result["changed"]) == (True, True, True)
     assert result["blocking_pods"] == ["research/notebook-5d8f7-qk2lm"]
@@ -353,16 +386,16 @@ def test_kubernetes_drain_timeout_warning_is_a_timeout():
         "warnings": ["timeout reached while pods were still running."],
     }
     result, modules = run(
-        K8S_DRAIN, k8s_info(load("node-schedulable.json")), timed_out, pods_left("llm-train-7f9c6d-0")
+        K8S_DRAIN, k8s_info(load("node-schedulable.json")), MARKED, timed_out, pods_left("llm-train-7f9c6d-0")
     )
-    assert len(modules.calls) == 3  # still cordoned: no second cordon
+    assert len(modules.calls) == 4  # still cordoned: no second cordon
     assert (result["timed_out"], result["blocking_pods"]) == (True, ["research/llm-train-7f9c6d-0"])
     assert result["reason"] == "timeout reached while pods were still running."
 
 
 def test_kubernetes_pods_still_there_after_a_quiet_drain_is_a_timeout():
     quiet = {"changed": True, "result": "node gpu-a01 marked unschedulable. 1 Pod(s) deleted from node."}
-    result = run(K8S_DRAIN, k8s_info(load("node-schedulable.json")), quiet, pods_left("llm-train-7f9c6d-0"))[0]
+    result = run(K8S_DRAIN, k8s_info(load("node-schedulable.json")), MARKED, quiet, pods_left("llm-train-7f9c6d-0"))[0]
     assert result["timed_out"] is True
     assert result["reason"] == "pods still on the node after the drain"
 
@@ -385,8 +418,8 @@ def test_kubernetes_api_error_fails_the_task_without_the_kubeconfig():
         "msg": "Failed to retrieve node 'gpu-a01' due to: Unauthorized",
         "invocation": {"module_args": {"kubeconfig": KUBECONFIG}},
     }
-    result, modules = run(K8S_DRAIN, k8s_info(load("node-schedulable.json")), error)
-    assert modules.names == ["kubernetes.core.k8s_info", "kubernetes.core.k8s_drain"]
+    result, modules = run(K8S_DRAIN, k8s_info(load("node-schedulable.json")), MARKED, error)
+    assert modules.names == ["kubernetes.core.k8s_info", "kubernetes.core.k8s", "kubernetes.core.k8s_drain"]
     assert result["failed"] is True
     assert result["msg"] == (
         "kubernetes.core.k8s_drain state=drain for node gpu-a01: Failed to retrieve node 'gpu-a01' due to: Unauthorized"
@@ -409,14 +442,47 @@ def test_kubernetes_unreadable_node_fails():
     assert result["msg"].startswith("kubernetes.core.k8s_info could not read the Node for node gpu-a01: Failed")
 
 
-def test_kubernetes_restored_ours_uncordons():
+def test_kubernetes_restored_ours_uncordons_and_takes_our_mark_off():
     result, modules = run(
         {"adapter": "kubernetes", "state": "restored", "ours": True},
-        k8s_info(load("node-cordoned.json")),
+        k8s_info(marked(load("node-cordoned.json"))),
         {"changed": True, "result": "node gpu-a01 marked schedulable."},
+        MARKED,
     )
     assert modules.calls[1] == ("kubernetes.core.k8s_drain", {"name": "gpu-a01", "state": "uncordon"})
+    assert modules.calls[2] == ("kubernetes.core.k8s", mark_args(None))
     assert (result["action"], result["ours"], result["changed"]) == ("uncordon", True, True)
+
+
+def test_kubernetes_restored_leaves_a_node_someone_else_cordoned_during_the_run_and_says_so():
+    """Our drain was ours (the record says so), but the cordon on the Node now does not carry our mark: someone else
+    cordoned it during the run (after ours was lifted, or took our mark off to keep it). Kept cordoned, reported."""
+    plugin, task_vars = make_action(
+        {"adapter": "kubernetes", "state": "restored", "ours": True}, k8s_info(load("node-cordoned.json"))
+    )
+    plugin._display = MagicMock()
+    result = plugin.run(task_vars=task_vars)
+    assert plugin._execute_module.names == ["kubernetes.core.k8s_info"]
+    assert (result["action"], result["ours"], result["pre_existing"], result["changed"]) == ("none", False, True, False)
+    assert "cordoned by someone else during the run" in plugin._display.warning.call_args[0][0]
+    assert result["msg"] == "kubernetes node gpu-a01: none (not ours)"
+
+
+def test_kubernetes_drained_takes_a_cordon_of_ours_left_by_a_lost_controller_as_ours():
+    """The re-run of a run that lost its controller finds the node cordoned with our mark: ours, given back later."""
+    drained = {"changed": False, "result": "node gpu-a02 already marked unschedulable."}
+    result, modules = run(
+        dict(K8S_DRAIN, node="gpu-a02"),
+        k8s_info(marked(load("node-cordoned.json"), "gpuops-upgrade[crashed-run]")),
+        MARKED,
+        drained,
+        k8s_info(),
+    )
+    assert modules.calls[1] == (
+        "kubernetes.core.k8s",
+        mark_args("gpuops-upgrade[%s]" % RUN, node="gpu-a02", kubeconfig=KUBECONFIG),
+    )
+    assert (result["ours"], result["pre_existing"], result["timed_out"]) == (True, False, False)
 
 
 def test_kubernetes_restored_when_cordoned_before_does_not_uncordon():
@@ -448,18 +514,23 @@ def test_kubernetes_kept_cordons_a_node_back_in_service():
     result, modules = run(
         {"adapter": "kubernetes", "state": "kept"},
         k8s_info(load("node-schedulable.json")),
+        MARKED,
         {"changed": True, "result": "node gpu-a01 marked unschedulable."},
     )
-    assert modules.calls[1] == ("kubernetes.core.k8s_drain", {"name": "gpu-a01", "state": "cordon"})
+    assert modules.calls[1] == ("kubernetes.core.k8s", mark_args("gpuops-upgrade"))
+    assert modules.calls[2] == ("kubernetes.core.k8s_drain", {"name": "gpu-a01", "state": "cordon"})
     assert (result["action"], result["ours"], result["changed"]) == ("cordon", True, True)
 
 
 def test_kubernetes_kept_cordoned_node_is_left():
     result, modules = run(
-        {"adapter": "kubernetes", "state": "kept", "ours": True}, k8s_info(load("node-cordoned.json"))
+        {"adapter": "kubernetes", "state": "kept", "ours": True}, k8s_info(marked(load("node-cordoned.json")))
     )
     assert modules.names == ["kubernetes.core.k8s_info"]
     assert (result["action"], result["ours"], result["changed"]) == ("none", True, False)
+    # cordoned without our mark: someone else's cordon now
+    result = run({"adapter": "kubernetes", "state": "kept", "ours": True}, k8s_info(load("node-cordoned.json")))[0]
+    assert (result["action"], result["ours"], result["changed"]) == ("none", False, False)
 
 
 def test_kubernetes_check_mode_passes_through_and_reads_no_pods_back():
@@ -477,7 +548,7 @@ def test_kubernetes_check_mode_with_a_k8s_drain_without_check_mode_predicts_from
     skipped = {"skipped": True, "msg": "remote module (kubernetes.core.k8s_drain) does not support check mode"}
     result, modules = run(
         {"adapter": "kubernetes", "state": "restored", "ours": True},
-        k8s_info(load("node-cordoned.json")),
+        k8s_info(marked(load("node-cordoned.json"))),
         skipped,
         check_mode=True,
     )
@@ -488,7 +559,9 @@ def test_kubernetes_check_mode_with_a_k8s_drain_without_check_mode_predicts_from
 
 def test_kubernetes_skipped_outside_check_mode_is_a_failure():
     skipped = {"skipped": True, "msg": "no"}
-    result = run({"adapter": "kubernetes", "state": "kept"}, k8s_info(load("node-schedulable.json")), skipped)[0]
+    result = run({"adapter": "kubernetes", "state": "kept"}, k8s_info(load("node-schedulable.json")), MARKED, skipped)[
+        0
+    ]
     assert result["failed"] is True
     assert result["msg"] == "kubernetes.core.k8s_drain state=cordon for node gpu-a01: skipped: no"
 
@@ -622,26 +695,42 @@ def test_k8s_drain_args_never_wait_forever():
 
 
 @pytest.mark.parametrize(
-    ("state", "ours", "cordoned", "action", "owner"),
+    ("state", "ours", "cordon", "action", "owner", "warns", "mark"),
     [
-        ("drained", None, False, "drain", True),
-        ("drained", None, True, "drain", False),
-        ("restored", True, True, "uncordon", True),
-        ("restored", True, False, "none", True),
-        ("restored", False, None, "none", False),
-        ("restored", None, True, "none", None),
-        ("restored", None, False, "none", False),
-        ("kept", True, True, "none", True),
-        ("kept", None, False, "cordon", True),
-        ("kept", False, None, "none", False),
+        ("drained", None, "none", "drain", True, False, True),
+        ("drained", None, "other", "drain", False, False, None),
+        ("drained", None, "ours", "drain", True, False, True),
+        ("restored", True, "ours", "uncordon", True, False, False),
+        ("restored", True, "other", "none", False, True, None),  # cordoned by someone else during the run
+        ("restored", True, "none", "none", True, False, False),
+        ("restored", False, None, "none", False, False, None),
+        ("restored", None, "other", "none", None, True, None),
+        ("restored", None, "ours", "uncordon", True, False, False),
+        ("restored", None, "none", "none", False, False, False),
+        ("kept", True, "ours", "none", True, False, None),
+        ("kept", True, "other", "none", False, False, None),
+        ("kept", None, "none", "cordon", True, False, True),
+        ("kept", False, None, "none", False, False, None),
     ],
 )
-def test_k8s_plan(state, ours, cordoned, action, owner):
+def test_k8s_plan(state, ours, cordon, action, owner, warns, mark):
+    """``mark``: our mark goes on before a cordon of ours (True), comes off when the node is given back (False)."""
     request = req(adapter="kubernetes", state=state, ours=ours)
-    assert drain_adapter.k8s_needs_node(request) is (cordoned is not None)
-    plan = drain_adapter.k8s_plan(request, cordoned)
-    assert (plan["action"], plan["ours"]) == (action, owner)
-    assert bool(plan["warning"]) is (state == "restored" and ours is None and bool(cordoned))
+    assert drain_adapter.k8s_needs_node(request) is (cordon is not None)
+    plan = drain_adapter.k8s_plan(request, cordon)
+    assert (plan["action"], plan["ours"], plan["mark"]) == (action, owner, mark)
+    assert bool(plan["warning"]) is warns
+
+
+def test_k8s_cordon_owner_reads_our_mark():
+    request = req(adapter="kubernetes", state="restored", reason_prefix="gpuops-upgrade")
+    cordoned = load("node-cordoned.json")
+    assert drain_adapter.k8s_cordon_owner(request, k8s_info(load("node-schedulable.json"))) == "none"
+    assert drain_adapter.k8s_cordon_owner(request, k8s_info(cordoned)) == "other"
+    assert drain_adapter.k8s_cordon_owner(request, k8s_info(marked(cordoned))) == "ours"
+    assert drain_adapter.k8s_cordon_owner(request, k8s_info(marked(cordoned, "gpuops-upgrade"))) == "ours"
+    assert drain_adapter.k8s_cordon_owner(request, k8s_info(marked(cordoned, "gpuops-upgrade-other[x]"))) == "other"
+    assert drain_adapter.k8s_mark(req(adapter="kubernetes", state="drained", run_id="r1")) == "gpuops-upgrade[r1]"
 
 
 @pytest.mark.parametrize(
