@@ -505,7 +505,7 @@ class _Checker:
                 where,
                 rule,
                 ["component", "flavors", "branches", "kernel_modules", "packages", "pins", "source"],
-                ["dnf_module", "packages_source"],
+                ["dnf_module", "packages_source", "pins_source"],
             ):
                 continue
             where = "packaging[%d %s %s]" % (
