@@ -7,6 +7,7 @@ package the listing holds at the driver version.
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,45 @@ def test_rhel_fabric_manager_names_are_nvidias(driver):
     listing = rpm_listing(AL2023)
     assert_listed(installed(stack, "fabricmanager"), listing, driver)
     assert_listed(pinned(stack, "fabricmanager"), listing)
+
+
+def debian_depends(name):
+    """{package: version relation} of a Depends: line (alternatives not used by these excerpts)."""
+    line = (LISTINGS / name).read_text().strip()
+    assert line.startswith("Depends: ")
+    relations = {}
+    for part in line[len("Depends: ") :].split(","):
+        package, _sep, relation = part.strip().partition(" ")
+        relations[package] = relation.strip("()")
+    return relations
+
+
+CUDA_DRIVERS_580 = "debian12-cuda-drivers-580-depends.txt"
+
+
+@pytest.mark.parametrize("kernel_modules", ["proprietary", "open"])
+def test_debian12_pins_every_dependency_cuda_drivers_leaves_open(kernel_modules):
+    # cuda-drivers-580 580.105.08-1 wants nvidia-xconfig (>= 580.65.06) ...: unpinned, it floats to R590
+    relations = debian_depends(CUDA_DRIVERS_580)
+    assert set(relations.values()) == {">= 580.65.06"}
+    stack = stack_resolver.resolve(
+        {"driver": "580.105.08", "kernel_modules": kernel_modules}, "Debian", "12.5", "h100-pcie"
+    )
+    globs = [name for pin in stack["pins"] if pin["component"] == "driver" for name in pin["names"]]
+    floating = sorted(name for name in relations if not any(fnmatch.fnmatchcase(name, glob) for glob in globs))
+    assert floating == []
+
+
+def test_debian12_open_modules_do_not_install_the_proprietary_metapackage():
+    # cuda-drivers-580 depends on nvidia-kernel-dkms, the proprietary module, which the open one conflicts with
+    assert "nvidia-kernel-dkms" in debian_depends(CUDA_DRIVERS_580)
+    stack = stack_resolver.resolve({"driver": "580.105.08", "kernel_modules": "open"}, "Debian", "12.5", "h100-pcie")
+    names = installed(stack, "driver")
+    assert "nvidia-kernel-open-dkms" in names
+    assert "cuda-drivers-580" not in names
+    # what cuda-drivers-580 brought besides the kernel module and X parts is installed by name
+    assert {"nvidia-driver", "nvidia-driver-cuda"} <= names
+    proprietary = stack_resolver.resolve(
+        {"driver": "580.105.08", "kernel_modules": "proprietary"}, "Debian", "12.5", "h100-pcie"
+    )
+    assert "cuda-drivers-580" in installed(proprietary, "driver")
