@@ -389,6 +389,58 @@ def test_a_run_killed_mid_way_is_continued_by_the_re_run_within_max_unavailable(
     assert most_out_at_once({node: {"admitted_at": s, "released_at": e} for node, s, e in timeline}) <= 2
 
 
+def test_a_re_run_with_the_same_journal_path_continues_it_within_max_unavailable(tmp_path):
+    """A fixed gpuops_upgrade_journal_path: the controller is killed with two nodes in flight (and, as if mid-write,
+    a torn last line); the same command again continues that journal: the two go first, the journal reads back
+    whole, and its one timeline (both runs) keeps max_unavailable."""
+    names = [f"n{i}" for i in range(1, 7)]
+    nodes = [{"name": name, "canary": name == "n1"} for name in names]
+    settings = {"max_unavailable": 2}
+    hosts = {name: {"work_seconds": 4} for name in names}
+    path = tmp_path / "gpuops-upgrade.journal.jsonl"
+    journal = {"path": str(path), "run_id": "fixed", "target": "gpu_nodes 580.95.05", "resume": "auto"}
+    run = start_killable_run(
+        tmp_path, "crashed", hosts, {"window_nodes": nodes, "window_settings": settings, "window_journal": journal}
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            entries = journal_entries(path) if path.exists() else []
+            admitted = [e["node"] for e in entries if e["event"] == "admit"]
+            released = [e["node"] for e in entries if e["event"] == "release"]
+            if len(admitted) >= 3 and len(set(admitted) - set(released)) == 2:
+                break
+            assert run.poll() is None, (tmp_path / "crashed.out").read_text()[-3000:]
+            time.sleep(0.2)
+        os.killpg(run.pid, signal.SIGKILL)
+    finally:
+        run.wait(timeout=30)
+    crashed = run_journal.replay(run_journal.read(str(path)))
+    assert len(crashed["in_flight"]) == 2
+    with path.open("a") as handle:
+        handle.write('{"at":1,"event":"rele')  # the entry being written when the controller died
+    path.chmod(0o600)
+
+    again = [dict(node, done=node["name"] in crashed["done"]) for node in nodes]
+    _acquired, released = run_window(tmp_path, "rerun", hosts, again, settings, journal=journal)
+    entries = run_journal.read(str(path))  # parses: the torn line was cut, not glued to the re-run's start
+    starts = [index for index, item in enumerate(entries) if item["event"] == "start"]
+    assert len(starts) == 2
+    assert entries[starts[1]]["resumed_from"] == str(path)
+    assert entries[starts[1]]["torn"] == len('{"at":1,"event":"rele')
+    assert sorted(entries[starts[1]]["resumed"]) == sorted(crashed["in_flight"])
+    readmitted = [item["node"] for item in entries[starts[1] :] if item["event"] == "admit"]
+    assert sorted(readmitted[:2]) == sorted(crashed["in_flight"])
+    replayed = run_journal.replay(entries)
+    assert replayed["in_flight"] == []
+    assert replayed["failed"] == []
+    assert replayed["done"] == names
+    assert all(slot["ok"] for slot in released.values())
+    assert oct(path.stat().st_mode & 0o777) == "0o600"  # not the writer's to change
+    # one timeline for the operation: the nodes in flight at the crash are out until the re-run released them
+    assert window_plan.check(replayed["timeline"], nodes, settings) == []
+
+
 # Drain ahead: the busy nodes next in line drained in (stand-in) Slurm without a slot, first when their job ends.
 
 STATEFUL_SLURM = r'''#!%(python)s
