@@ -505,7 +505,7 @@ class _Checker:
                 where,
                 rule,
                 ["component", "flavors", "branches", "kernel_modules", "packages", "pins", "source"],
-                ["dnf_module", "packages_source", "pins_source"],
+                ["dnf_module", "packages_source", "pins_source", "published"],
             ):
                 continue
             where = "packaging[%d %s %s]" % (
@@ -535,9 +535,15 @@ class _Checker:
                     self.error(where + ".branches", "R%s is not in driver_branches" % bound)
             if "dnf_module" in rule:
                 self.template(where + ".dnf_module", rule["dnf_module"])
+            published = rule.get("published", True)
+            if not isinstance(published, bool):
+                self.error(where + ".published", "must be true or false, got %r" % (published,))
+                published = True
             packages = self.listing(where + ".packages", rule.get("packages", []))
-            if not packages:
+            if published and not packages:
                 self.error(where + ".packages", "must list at least one package")
+            if not published and (packages or rule.get("pins")):
+                self.error(where, "published: false (NVIDIA publishes no such packages) lists no packages and no pins")
             for p_index, package in enumerate(packages):
                 p_where = "%s.packages[%d]" % (where, p_index)
                 if self.keys(p_where, package, ["name", "version"]):

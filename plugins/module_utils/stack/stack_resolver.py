@@ -438,6 +438,42 @@ def _resolve_kernel_modules(gpu, request_value, branch, res):
     return "open" if branch >= OPEN_DEFAULT_FROM_BRANCH else "proprietary"
 
 
+def _published_branches(matrix, flavor, kernel_modules, below):
+    """Branches below ``below`` whose driver packaging for ``kernel_modules`` NVIDIA publishes, newest first."""
+    found = []
+    for number in sorted(matrix.branches, reverse=True):
+        rule = matrix.packaging_rule("driver", flavor, number, kernel_modules) if number < below else None
+        if rule is not None and rule.get("published", True):
+            found.append(number)
+    return found
+
+
+def _check_published(matrix, osys, branch, kernel_modules, res):
+    """A violation when NVIDIA publishes no driver packaging with these kernel modules for the branch on this OS
+    (the matrix's rule says ``published: false``), naming the flavour that exists."""
+    if osys is None or branch is None or kernel_modules not in ("open", "proprietary"):
+        return
+    rule = matrix.packaging_rule("driver", osys["flavor"], branch, kernel_modules)
+    if rule is None or rule.get("published", True):
+        return
+    other = "open" if kernel_modules == "proprietary" else "proprietary"
+    other_rule = matrix.packaging_rule("driver", osys["flavor"], branch, other)
+    exists = other_rule is not None and other_rule.get("published", True)
+    older = _published_branches(matrix, osys["flavor"], kernel_modules, branch)
+    res.violate(
+        "kernel_modules.not_published",
+        "NVIDIA publishes no %s kernel modules for driver branch %s on %s%s: %s%s"
+        % (
+            kernel_modules,
+            _branch_text(branch),
+            osys["id"],
+            " (only the %s ones)" % other if exists else "",
+            "set kernel_modules: %s or auto" % other if exists else "choose another branch",
+            ', or driver: "%s" or older for the %s modules' % (older[0], kernel_modules) if older else "",
+        ),
+    )
+
+
 def _resolve_fabricmanager(request_value, nvswitch, gpu, res):
     value = "auto" if request_value in (None, "") else request_value
     if isinstance(value, str) and value.strip().lower() == "auto":
@@ -642,6 +678,8 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
     )
     dcgm = _resolve_dcgm(matrix, request.get("dcgm"), branch if branch_entry else None, res, gpu=gpu_entry)
     kernel_modules = _resolve_kernel_modules(gpu_entry, request.get("kernel_modules"), branch, res)
+    if branch_entry is not None:
+        _check_published(matrix, osys, branch, kernel_modules, res)
 
     if nvswitch is None:
         has_nvswitch = bool(gpu_entry["nvswitch"]) if gpu_entry else False

@@ -100,3 +100,36 @@ def test_debian12_open_modules_do_not_install_the_proprietary_metapackage():
         {"driver": "580.105.08", "kernel_modules": "proprietary"}, "Debian", "12.5", "h100-pcie"
     )
     assert "cuda-drivers-580" in installed(proprietary, "driver")
+
+
+def guide_sections(name):
+    """{'Release 620': [lines], ...} of the install guide excerpts, keyed by the release each '#' header names."""
+    sections = {}
+    current = None
+    for line in (LISTINGS / name).read_text().splitlines():
+        if line.startswith("# Release "):
+            current = sections.setdefault(line[2:].split(" (")[0], [])
+        elif current is not None:
+            current.append(line)
+    return sections
+
+
+GUIDES = "driver-installation-guide-r615-r620-kernel-modules.txt"
+
+
+@pytest.mark.parametrize(("os", "version"), [("Rocky", "9.4"), ("Ubuntu", "22.04"), ("Debian", "12.5")])
+def test_proprietary_modules_are_refused_where_nvidia_publishes_none(os, version):
+    guides = guide_sections(GUIDES)
+    assert any("Proprietary Kernel Modules Removed" in line for line in guides["Release 620"])
+    assert not any("Proprietary Kernel Modules Removed" in line for line in guides["Release 615"])
+    found = stack_resolver.violations({"driver": "620", "kernel_modules": "proprietary"}, os, version, "h100-sxm")
+    assert [v["rule"] for v in found] == ["kernel_modules.not_published"]
+    message = found[0]["message"]
+    assert "no proprietary kernel modules for driver branch R620" in message
+    assert "only the open ones" in message
+    assert "kernel_modules: open or auto" in message
+    assert 'driver: "615" or older' in message
+    # R615 still has them; auto on R620 takes the open modules
+    assert stack_resolver.violations({"driver": "615", "kernel_modules": "proprietary"}, os, version, "h100-sxm") == []
+    stack = stack_resolver.resolve({"driver": "620"}, os, version, "h100-sxm")
+    assert stack["kernel_modules"] == "open"
