@@ -12,6 +12,8 @@ short_description: The rolling upgrade's gpuops_upgrade_* settings with their de
 description:
   - Returns one mapping with C(<name>) for each setting C(gpuops_upgrade_<name>) that has a default - the variable's
     value when the task sees it set (not null), else the default.
+  - A value set is converted to the type C(playbooks/vars/gpuops_variables.yml) declares for it, as the validation play
+    checks it; C(-e gpuops_upgrade_plan_only=true) (a string on the command line) is the bool V(true).
   - The defaults are written once, in C(plugins/module_utils/upgrade/upgrade_settings.py) (the window's are the
     planner's, C(window_plan.py)); C(playbooks/vars/gpuops_variables.yml) documents each under C(default). The role
     gpuops.cluster.rolling_upgrade reads its settings from this lookup only. Only these variables are templated.
@@ -34,8 +36,11 @@ _raw:
   elements: dict
 """
 
+import functools
+
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
+from ansible_collections.gpuops.cluster.plugins.module_utils import variable_registry
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgrade_settings
 from ansible_collections.gpuops.cluster.plugins.module_utils.variable_values import plain
 
@@ -49,4 +54,11 @@ class LookupModule(LookupBase):
         variables = variables or {}
         wanted = {upgrade_settings.PREFIX + name for name in upgrade_settings.DEFAULTS}
         values = {name: plain(self._templar.template(variables[name])) for name in wanted if name in variables}
-        return [upgrade_settings.settings(values)]
+        return [upgrade_settings.settings(values, registry_types())]
+
+
+@functools.lru_cache(maxsize=1)
+def registry_types() -> dict:
+    """Each gpuops_upgrade_* variable's type in the registry (read once per controller process)."""
+    specs = variable_registry.load_specs()
+    return {name: spec.get("type") for name, spec in specs.items() if name.startswith(upgrade_settings.PREFIX)}

@@ -234,10 +234,13 @@ FORMATS = {
 
 # ------------------------------------------------------------------ checks
 def _convert(value, kind):
-    """``(converted, ok)`` by ansible-core's checker for ``kind``; booleans are no numbers."""
+    """``(converted, ok)`` by ansible-core's checker for ``kind``; booleans are no numbers, and a list or a mapping
+    is no string (ansible-core's checker would write it as one: ``['a']``)."""
     if kind in (None, "raw"):
         return value, True
     if kind in ("int", "float") and isinstance(value, bool):
+        return value, False
+    if kind in ("str", "path") and isinstance(value, (list, tuple, set, dict)):
         return value, False
     checker = DEFAULT_TYPE_VALIDATORS.get(kind)
     if checker is None:
@@ -246,6 +249,12 @@ def _convert(value, kind):
         return checker(value), True
     except (TypeError, ValueError):
         return value, False
+
+
+def converted(value, kind):
+    """``value`` as ``kind`` says (``-e name=true`` is a string: true), by the checker :func:`check` uses; unchanged
+    when it does not convert (the check reports it)."""
+    return _convert(plain(value), kind)[0]
 
 
 def check(name: str, value, spec: dict, values: dict | None = None) -> list[str]:

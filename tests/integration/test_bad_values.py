@@ -209,6 +209,8 @@ def test_rolling_upgrade_reports_stack_and_settings_together(tmp_path: Path):
             "gpuops_upgrade_canary_group": "canaries",
             "gpuops_upgrade_drain": "slrum",
             "gpuops_upgrade_previous_stack": {"driver": "551", "cuda": "12.4"},
+            # a list where the registry says a string: refused, never passed on to the nodes
+            "gpuops_upgrade_maintenance_reservation": ["maint-2026-12"],
         },
     )
     assert contacted(run) == []
@@ -216,6 +218,7 @@ def test_rolling_upgrade_reports_stack_and_settings_together(tmp_path: Path):
     for host in ("good", "release", "level"):
         found = problems[host]
         assert "gpuops_upgrade_drain is 'slrum'; set one of: none, slurm, kubernetes" in found
+        assert "gpuops_upgrade_maintenance_reservation is ['maint-2026-12']; set a string" in found
         assert any(
             p.startswith("gpuops_upgrade_canary_group is 'canaries', which is not an inventory group") for p in found
         )

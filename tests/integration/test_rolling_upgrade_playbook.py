@@ -73,7 +73,9 @@ def test_a_typo_in_a_setting_stops_the_run_before_any_node_is_read(tmp_path):
     assert run.changed == []
 
 
-def test_plan_only_prints_the_window_and_moves_nothing(tmp_path, monkeypatch):
+# "true": -e gpuops_upgrade_plan_only=true, as the README writes it, gives a string; the run reads the registry's bool
+@pytest.mark.parametrize("plan_only", [True, "true"])
+def test_plan_only_prints_the_window_and_moves_nothing(tmp_path, monkeypatch, plan_only):
     report_dir = tmp_path / "cwd"
     report_dir.mkdir()
     monkeypatch.setenv("PWD", str(report_dir))
@@ -82,7 +84,7 @@ def test_plan_only_prints_the_window_and_moves_nothing(tmp_path, monkeypatch):
         "tests/integration/inventories/valid/hosts.yml",
         tmp_path / "runner",
         extravars={
-            "gpuops_upgrade_plan_only": True,
+            "gpuops_upgrade_plan_only": plan_only,
             "gpuops_upgrade_per_domain": {"rack": 1},
             # a per_domain kind no host declares is refused in validation
             "gpuops_upgrade_domains": {"rack": "r01"},

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 
+from ansible_collections.gpuops.cluster.plugins.module_utils import variable_values
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
     drain_adapter,
     node_record,
@@ -95,13 +96,21 @@ def _var(name: str) -> str:
     return PREFIX + name
 
 
-def settings(variables) -> dict:
+def settings(variables, types=None) -> dict:
     """``{name: value}`` for every setting of :data:`DEFAULTS`: ``gpuops_upgrade_<name>`` from ``variables`` when set
-    (not null), else its default."""
+    (not null), else its default.
+
+    ``types`` (variable name -> the registry's ``type``) converts each value set to its type, as the validation
+    play checks it: ``-e gpuops_upgrade_plan_only=true`` is the string ``true`` on the command line and the bool
+    true here. A value that does not convert is left as it is (the validation play refuses it).
+    """
     if not isinstance(variables, dict):
         raise ValueError("upgrade settings take the host's variables as a mapping, got %r" % (variables,))
+    types = types or {}
     return {
-        name: copy.deepcopy(default) if variables.get(PREFIX + name) is None else variables[PREFIX + name]
+        name: copy.deepcopy(default)
+        if variables.get(PREFIX + name) is None
+        else variable_values.converted(variables[PREFIX + name], types.get(PREFIX + name))
         for name, default in DEFAULTS.items()
     }
 

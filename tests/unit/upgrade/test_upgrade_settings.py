@@ -314,3 +314,57 @@ def test_a_removed_setting_names_what_replaced_it(name, replacement):
 def test_every_removed_setting_has_its_replacement_written():
     removed = {name for name, spec in SPECS.items() if spec.get("format") == "removed"}
     assert removed == set(variable_values.REMOVED)
+
+
+# Values of the wrong type, and values from the command line (-e name=value: always a string).
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("maintenance_reservation", ["maint-2026-12"], "gpuops_upgrade_maintenance_reservation is ['maint-2026-12']"),
+        ("maintenance_reservation", {"name": "maint"}, "gpuops_upgrade_maintenance_reservation is {name: 'maint'}"),
+        ("canary_group", ["canary"], "gpuops_upgrade_canary_group is ['canary']"),
+        ("journal_path", ["/var/log/a"], "gpuops_upgrade_journal_path is ['/var/log/a']"),
+        ("run_id", {"id": 1}, "gpuops_upgrade_run_id is {id: 1}"),
+        ("plan_only", ["true"], "gpuops_upgrade_plan_only is ['true']"),
+        ("max_job_wait", ["600"], "gpuops_upgrade_max_job_wait is ['600']"),
+        ("per_domain", ["rack"], "gpuops_upgrade_per_domain is ['rack']"),
+    ],
+)
+def test_a_setting_of_the_wrong_type_is_refused(name, value, expected):
+    (found,) = value_problems(name, value)
+    assert found.startswith(expected + "; set ")
+
+
+def test_settings_from_the_command_line_take_the_registry_types():
+    """-e gpuops_upgrade_plan_only=true gives the string 'true': the role must see the bool the registry declares."""
+    types = {name: spec.get("type") for name, spec in SPECS.items()}
+    given = {
+        "gpuops_upgrade_plan_only": "true",
+        "gpuops_upgrade_barrier": "no",
+        "gpuops_upgrade_max_job_wait": "1800",
+        "gpuops_upgrade_partition_floor": "0.5",
+        "gpuops_upgrade_drain_ahead": "2",
+        "gpuops_upgrade_max_unavailable": "10%",
+        "gpuops_upgrade_maintenance_reservation": "maint-2026-12",
+    }
+    assert [value_problems(name[len("gpuops_upgrade_") :], value) for name, value in given.items()] == [[]] * 7
+    found = upgrade_settings.settings(given, types)
+    assert found["plan_only"] is True
+    assert found["barrier"] is False
+    assert found["max_job_wait"] == 1800
+    assert found["partition_floor"] == 0.5
+    assert found["drain_ahead"] == 2
+    assert found["max_unavailable"] == "10%"
+    assert found["maintenance_reservation"] == "maint-2026-12"
+    # a value that does not convert is left as given: the validation play refuses it
+    assert upgrade_settings.settings({"gpuops_upgrade_plan_only": "maybe"}, types)["plan_only"] == "maybe"
+
+
+def test_the_lookup_gives_the_command_lines_strings_as_their_types():
+    variables = {"gpuops_upgrade_plan_only": "true", "gpuops_upgrade_max_job_wait": "1800"}
+    loader = DataLoader()
+    (found,) = LookupModule(loader=loader, templar=Templar(loader, variables)).run([], variables)
+    assert found["plan_only"] is True
+    assert found["max_job_wait"] == 1800
