@@ -7,6 +7,7 @@ package the listing holds at the driver version.
 
 from __future__ import annotations
 
+import datetime
 import fnmatch
 from pathlib import Path
 
@@ -133,3 +134,12 @@ def test_proprietary_modules_are_refused_where_nvidia_publishes_none(os, version
     assert stack_resolver.violations({"driver": "615", "kernel_modules": "proprietary"}, os, version, "h100-sxm") == []
     stack = stack_resolver.resolve({"driver": "620"}, os, version, "h100-sxm")
     assert stack["kernel_modules"] == "open"
+
+
+@pytest.mark.parametrize(("today", "eol"), [(datetime.date(2025, 5, 31), False), (datetime.date(2025, 6, 1), True)])
+def test_r550_end_of_life_is_june_2025(today, eol):
+    # NVIDIA/gpu-driver-container PR 381 (an NVIDIA maintainer, citing NVIDIA's supported drivers page):
+    # "R550 has EOL'ed as of June 2025"
+    request = {"driver": "550", "allow_eol_branch": False}
+    found = [v["rule"] for v in stack_resolver.violations(request, "Debian", "12.5", "h100-pcie", today=today)]
+    assert found == (["driver.eol"] if eol else [])
