@@ -29,6 +29,8 @@ FAMILIES = ("debian", "redhat")
 FLAVORS = ("ubuntu", "debian", "rhel")
 MATCH_KINDS = ("major", "major_minor")
 KERNEL_MODULES = ("open", "proprietary", "any")
+# The CPU architecture of the hosts a GPU model sits in (gpus[].host_arch; absent: x86_64). Grace hosts are arm64.
+HOST_ARCHES = ("x86_64", "arm64")
 COMPONENTS = ("driver", "fabricmanager", "nvsdm", "imex", "cuda", "nccl", "dcgm3", "dcgm4")
 PLACEHOLDERS = frozenset(
     ("branch", "driver", "os_major", "cuda", "cuda_dashed", "cuda_full", "nccl", "dcgm", "dcgm_cuda_major")
@@ -393,6 +395,8 @@ class _Checker:
                     "nvlink5",
                     "imex",
                     "forward_compat",
+                    "host_arch",
+                    "host_arch_source",
                     "min_branch_source",
                     "last_branch_source",
                     "aliases_source",
@@ -417,6 +421,8 @@ class _Checker:
                 if flag in entry and not isinstance(entry[flag], bool):
                     self.error(where + "." + flag, "must be true or false, got %r" % (entry[flag],))
             self.choice(where + ".open_modules", entry.get("open_modules"), OPEN_MODULES)
+            if "host_arch" in entry:
+                self.choice(where + ".host_arch", entry["host_arch"], HOST_ARCHES)
             self.integer(where + ".min_branch", entry.get("min_branch"))
             self.integer(where + ".last_branch", entry.get("last_branch"), allow_none=True)
             if (

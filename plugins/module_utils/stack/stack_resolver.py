@@ -710,7 +710,11 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
             matrix, "fabricmanager", "fabricmanager", osys, branch, kernel_modules, values, packages, pins, res
         )
         if gpu_entry.get("nvlink5"):
-            if branch >= 580:
+            if gpu_entry.get("host_arch", "x86_64") == "arm64":
+                res.warn(
+                    "%s hosts are arm64: NVIDIA builds no libnvsdm for arm64, so none is installed" % gpu_entry["key"]
+                )
+            else:
                 _add_component(
                     matrix, "nvsdm", "fabricmanager", osys, branch, kernel_modules, values, packages, pins, res
                 )

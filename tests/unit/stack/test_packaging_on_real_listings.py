@@ -12,7 +12,7 @@ import fnmatch
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import stack_resolver
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import stack_matrix, stack_resolver
 
 LISTINGS = Path(__file__).resolve().parents[2] / "fixtures" / "package_index"
 
@@ -143,3 +143,35 @@ def test_r550_end_of_life_is_june_2025(today, eol):
     request = {"driver": "550", "allow_eol_branch": False}
     found = [v["rule"] for v in stack_resolver.violations(request, "Debian", "12.5", "h100-pcie", today=today)]
     assert found == (["driver.eol"] if eol else [])
+
+
+@pytest.mark.parametrize(("driver", "nvsdm"), [("570.195.03", "libnvsdm-570"), ("580.95.05", "libnvsdm")])
+def test_an_nvlink5_x86_node_gets_libnvsdm_from_r570(driver, nvsdm):
+    # the listing holds libnvsdm-570-570.195.03-1 and libnvsdm-580.95.05-1; a B200 on R570 got none before
+    stack = stack_resolver.resolve({"driver": driver}, "Rocky", "9.4", "b200")
+    names = {package["name"] for package in stack["packages"]}
+    assert nvsdm in names
+    listing = rpm_listing(AL2023)
+    assert_listed(installed(stack, "fabricmanager"), listing, driver)
+    assert_listed(pinned(stack, "fabricmanager"), listing)
+
+
+@pytest.mark.parametrize(("driver", "imex"), [("570.195.03", "nvidia-imex-570"), ("580.95.05", "nvidia-imex")])
+def test_a_gb200_gets_imex_and_no_libnvsdm(driver, imex):
+    # Grace hosts are arm64, for which NVIDIA builds no libnvsdm (gpu-driver-container install scripts)
+    stack = stack_resolver.resolve({"driver": driver}, "Rocky", "9.4", "gb200")
+    names = {package["name"] for package in stack["packages"]}
+    pins = {name for pin in stack["pins"] for name in pin["names"]}
+    assert not any(name.startswith("libnvsdm") for name in names | pins)
+    assert any("no libnvsdm for arm64" in warning for warning in stack["warnings"])
+    listing = rpm_listing(AL2023)
+    assert imex in installed(stack, "imex")
+    assert_listed(installed(stack, "imex"), listing, driver)
+
+
+def test_imex_packaging_starts_at_r550():
+    # gpu-driver-container commit ef2d9d1 installs nvidia-imex-<branch> when DRIVER_BRANCH >= 550
+    matrix = stack_matrix.default_matrix()
+    assert matrix.packaging_rule("imex", "rhel", 535, "open") is None
+    assert matrix.packaging_rule("imex", "rhel", 545, "open") is None
+    assert matrix.packaging_rule("imex", "ubuntu", 550, "open")["packages"][0]["name"] == "nvidia-imex-{branch}"
