@@ -175,3 +175,15 @@ def test_imex_packaging_starts_at_r550():
     assert matrix.packaging_rule("imex", "rhel", 535, "open") is None
     assert matrix.packaging_rule("imex", "rhel", 545, "open") is None
     assert matrix.packaging_rule("imex", "ubuntu", 550, "open")["packages"][0]["name"] == "nvidia-imex-{branch}"
+
+
+@pytest.mark.parametrize("driver", ["595.91.07", "610.57.04"])
+def test_ubuntu_open_modules_from_r590_install_nvidias_metapackage(driver):
+    # apt-cache madison nvidia-open on ubuntu2404: 610.57.04-1ubuntu1, 595.91.07-1ubuntu1, 590.48.01-0ubuntu1
+    held = {}
+    for line in (LISTINGS / "ubuntu2404-sbsa-apt-cache-madison-nvidia-open.txt").read_text().splitlines()[1:]:
+        name, version, _repository = (field.strip() for field in line.split("|"))
+        held.setdefault(name, []).append(version)
+    stack = stack_resolver.resolve({"driver": driver, "kernel_modules": "open"}, "Ubuntu", "24.04", "h100-pcie")
+    assert "nvidia-open" in installed(stack, "driver")
+    assert_listed({"nvidia-open"}, held, driver)

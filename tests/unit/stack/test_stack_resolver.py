@@ -486,7 +486,7 @@ def test_ubuntu_packages_and_pins():
 def test_ubuntu_r590_names_drop_the_branch():
     result = run({"driver": "595.58.03", "cuda": "13.2"}, os="Ubuntu", os_version="24.04")
     assert result["kernel_modules"] == "open"
-    assert names(result, "driver") == ["nvidia-driver-open"]
+    assert names(result, "driver") == ["nvidia-open", "nvidia-driver-open"]
     assert "nvidia-fabricmanager=595.58.03" in pairs(result)
     proprietary = run(
         {"driver": "595.58.03", "cuda": "13.2", "kernel_modules": "proprietary"}, os="Ubuntu", os_version="24.04"
