@@ -16,6 +16,11 @@ description:
   - Judges ECC errors, row remapping (Ampere and later) or retired pages (Volta), PCIe link generation and width,
     temperature, clock event (throttle) reasons, recovery actions the driver asks for, NVLink fabric state, Xid and
     NVSwitch SXid events against NVIDIA's Xid catalog, NVLink links and counters, InfiniBand state and rate.
+  - Judges whether every installed kernel (C(/lib/modules/<kver>) with an image in C(/boot)) has the NVIDIA module
+    (DKMS or a precompiled package; C(modules.dep) lists it). The kernel the node boots next without one fails the
+    C(kernel_module) check (fix it before the node reboots), any other warns. The kernel booted next is
+    C(grubby --default-kernel) where grubby is installed, else the newest installed kernel (GRUB's default).
+    From O(level=standard) C(dkms status) names the fix. Skipped when no driver is installed by DKMS or a package.
   - O(level=standard) adds C(dcgmi diag -r 1); O(level=extended) runs C(dcgmi diag -r 2) and C(all_reduce_perf)
     against a bus-bandwidth threshold.
   - The verdict fails closed. At the level asked for, a missing tool (no C(dcgmi), no C(all_reduce_perf)), a run
@@ -34,7 +39,8 @@ author:
 options:
   level:
     description:
-      - V(quick) reads state only (seconds). V(standard) adds C(dcgmi diag -r 1) and NVLink error counters.
+      - V(quick) reads state only (seconds). V(standard) adds C(dcgmi diag -r 1), NVLink error counters and
+        C(dkms status).
         V(extended) runs C(dcgmi diag -r 2) (minutes) and C(all_reduce_perf) when installed.
     type: str
     choices: [quick, standard, extended]
@@ -269,8 +275,8 @@ options:
     default: []
     choices: [nvidia_smi, gpu_count, gpu_model, driver_version, persistence_mode, mig_mode, ecc_mode, ecc_errors,
               row_remap, retired_pages, pcie_link, temperature, clock_events, recovery, fabric, fabricmanager, xid,
-              fallen_off_bus, sxid, nvlink, nvlink_errors, infiniband, dcgm_diag, nccl_busbw, ecc_rate, row_remap_rate,
-              infiniband_rate, xid_repeat, nccl_baseline, dcgm_baseline, settle]
+              fallen_off_bus, sxid, nvlink, nvlink_errors, infiniband, dcgm_diag, nccl_busbw, kernel_module, ecc_rate,
+              row_remap_rate, infiniband_rate, xid_repeat, nccl_baseline, dcgm_baseline, settle]
   fail_on_unhealthy:
     description:
       - Fail the task when any check fails. The result still carries every check.

@@ -17,6 +17,7 @@ a node_exporter textfile.
 from __future__ import annotations
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
+    kernel_modules,
     node_verdict,
     nvlink_counts,
     thresholds,
@@ -49,6 +50,7 @@ CHECKS = (
     "infiniband",
     "dcgm_diag",
     "nccl_busbw",
+    "kernel_module",
 )
 STATUSES = ("pass", "warn", "fail", "skip")
 STATUS_RANK = {"skip": 0, "pass": 1, "warn": 2, "fail": 3}  # worst last
@@ -794,12 +796,12 @@ def evaluate(inputs, options=None):
     (kernel_log.parse), ``nvlink_status`` / ``nvlink_errors`` (nvlink.parse_*),
     ``infiniband`` (infiniband.read_ports), ``fabricmanager``
     (``{required, state, reason}``), ``dcgm`` (``{level, parsed}``), ``nccl``
-    (``{parsed}``) and ``unavailable``: ``{source: reason}`` for sources not
+    (``{parsed}``), ``kernel_modules`` (kernel_modules.read) and ``unavailable``: ``{source: reason}`` for sources not
     read, which turns their checks into skips with that reason, and ``failed``: ``{source: reason}``
     for sources asked for at this level that could not be read (tool missing, timed out, failed),
     which turns their checks into failures with that reason: the verdict fails closed. ``nvswitch``:
     the node's NVSwitch devices (None when unknown). Sources:
-    ``smi kernel nvlink_status nvlink_errors infiniband fabricmanager dcgm nccl``.
+    ``smi kernel nvlink_status nvlink_errors infiniband fabricmanager dcgm nccl kernel_modules``.
 
     ``options``: ``expected_gpu_count``, ``expected_gpu_model``,
     ``expected_driver_version``, ``expected_ib_ports`` (``mlx5_0`` or
@@ -916,6 +918,12 @@ def evaluate(inputs, options=None):
         checks.extend(not_read(("nccl_busbw",), "nccl", "not run at this level"))
     else:
         checks.append(_nccl_check(inputs["nccl"], gpus, limits["nccl_busbw_gbps"]))
+
+    if inputs.get("kernel_modules") is None:
+        checks.extend(not_read(("kernel_module",), "kernel_modules", "installed kernels not read"))
+    else:
+        found = kernel_modules.findings(inputs["kernel_modules"])
+        checks.extend(_check("kernel_module", status, detail) for status, detail in found)
 
     if skip:
         kept = [check for check in checks if check["name"] not in skip]
