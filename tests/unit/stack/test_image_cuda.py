@@ -95,9 +95,9 @@ def test_unknown_cuda_is_refused_with_the_known_ones():
     messages = found({"driver": "580", "image_cuda": ["12.7"]})
     assert "image CUDA 12.7 is not in the compatibility matrix" in messages["image_cuda.unknown"]
     assert "12.6, 12.8" in messages["image_cuda.unknown"]
-    both = violations({"driver": "580", "image_cuda": ["12.7", "cu133"]}, "Ubuntu", "22.04", "h100-sxm", today=TODAY)
+    both = violations({"driver": "580", "image_cuda": ["12.7", "cu139"]}, "Ubuntu", "22.04", "h100-sxm", today=TODAY)
     assert [v["rule"] for v in both] == ["image_cuda.unknown", "image_cuda.unknown"]
-    assert "image CUDA 13.3 (cu133)" in both[1]["message"]
+    assert "image CUDA 13.9 (cu139)" in both[1]["message"]
 
 
 def test_unknown_update_is_refused():

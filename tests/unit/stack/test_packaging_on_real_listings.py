@@ -187,3 +187,42 @@ def test_ubuntu_open_modules_from_r590_install_nvidias_metapackage(driver):
     stack = stack_resolver.resolve({"driver": driver, "kernel_modules": "open"}, "Ubuntu", "24.04", "h100-pcie")
     assert "nvidia-open" in installed(stack, "driver")
     assert_listed({"nvidia-open"}, held, driver)
+
+
+def apt_policy_versions(name):
+    """The versions of an `apt policy` version table."""
+    lines = (LISTINGS / name).read_text().splitlines()
+    start = lines.index("  Version table:") + 1
+    return [line.split()[-2] if line.startswith(" *** ") else line.split()[0] for line in lines[start::2]]
+
+
+def test_nccl_2_28_3_for_cuda_13_0_is_known():
+    # apt policy libnccl-dev on NVIDIA's ubuntu2204 repository lists 2.28.3-1+cuda13.0 (what current H200 images run)
+    held = apt_policy_versions("ubuntu2204-apt-policy-libnccl-dev.txt")
+    assert "2.28.3-1+cuda13.0" in held
+    stack = stack_resolver.resolve({"driver": "580", "cuda": "13.0", "nccl": "2.28.3"}, "Ubuntu", "22.04", "h200-sxm")
+    nccl = [package for package in stack["packages"] if package["component"] == "nccl"]
+    assert {package["name"] for package in nccl} == {"libnccl2", "libnccl-dev"}
+    assert all(any(fnmatch.fnmatchcase(version, package["version"]) for version in held) for package in nccl)
+
+
+@pytest.mark.parametrize(
+    ("request_", "expected"),
+    [
+        ({"driver": "610", "cuda": "13.3"}, ("cuda_toolkit_version", "13.3.1")),
+        ({"driver": "610.43.02", "image_cuda": ["cu133"]}, ("driver_version", "610.43.02")),
+        ({"driver": "620", "cuda": "13.2", "nccl": "2.30.4"}, ("nccl_version", "2.30.4")),
+        ({"driver": "580", "dcgm": "4.5.3"}, ("dcgm", "4.5.3")),
+        ({"driver": "535.216.03"}, ("driver_version", "535.216.03")),
+        ({"driver": "550.90.12"}, ("driver_version", "550.90.12")),
+        ({"driver": "615"}, ("driver_version", "615.78.08")),
+    ],
+)
+def test_missing_releases_are_known(request_, expected):
+    # CUDA 13.3 GA and Update 1 bundle 610.43.02 (cuda_13.3.0_610.43.02_linux.run, cuda_13.3.1_...); NCCL 2.30.4
+    # +cuda13.2; DCGM 4.5.3 (NVIDIA/DCGM tag v4.5.3); 535.216.03 and 550.90.12 (open-gpu-kernel-modules tags)
+    stack = stack_resolver.resolve(request_, "Ubuntu", "22.04", "h100-pcie")
+    key, value = expected
+    found = stack[key]["version"] if key == "dcgm" else stack[key]
+    assert found == value
+    assert not any("not in the compatibility matrix" in warning for warning in stack["warnings"])
