@@ -8,8 +8,11 @@ import subprocess
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import node_verdict
 
+from . import test_node_command
 from .test_kernel_modules import DKMS_KO, NEW, RUNNING, make_node
-from .test_node_command import Tools, node, run  # noqa: F401 (node is a fixture)
+from .test_node_command import Tools, run
+
+node = test_node_command.node  # the node command tests' fixture, under its name here
 
 
 class KernelTools(Tools):
@@ -22,7 +25,7 @@ class KernelTools(Tools):
         return super().__call__(argv, **kwargs)
 
 
-def test_the_node_command_fails_a_node_whose_next_kernel_has_no_module(node):  # noqa: F811
+def test_the_node_command_fails_a_node_whose_next_kernel_has_no_module(node):
     make_node(node["tmp"] / "root", [RUNNING, NEW], {RUNNING: [DKMS_KO]}, dkms=["nvidia"], running=RUNNING,
               loaded=True)  # fmt: skip
     tools = KernelTools()
@@ -38,7 +41,7 @@ def test_the_node_command_fails_a_node_whose_next_kernel_has_no_module(node):  #
     assert 'check="kernel_module"' in (node["tmp"] / "gpuops_gpu_health.prom").read_text()
 
 
-def test_the_node_command_passes_when_every_kernel_has_its_module(node):  # noqa: F811
+def test_the_node_command_passes_when_every_kernel_has_its_module(node):
     make_node(node["tmp"] / "root", [RUNNING, NEW], {RUNNING: [DKMS_KO], NEW: [DKMS_KO]}, dkms=["nvidia"],
               running=RUNNING, loaded=True)  # fmt: skip
     code, out, _err = run(node, KernelTools(), "--json")

@@ -190,6 +190,11 @@ def kernel_events(node: str) -> int:
     return json.loads(out)["facts"]["kernel_events"]
 
 
+def queued(job: str) -> str:
+    """The job's line in the queue, empty once it has left."""
+    return ru.sh(ru.CONTROLLER, "squeue", "-h", "-j", job, check=False).strip()
+
+
 def resume(node: str) -> None:
     ru.sh(ru.CONTROLLER, "scontrol", "update", f"nodename={node}", "state=resume", check=False)
     ru.wait_for(f"{node} in service", lambda: not ru.drained(ru.slurm_nodes()[node]), timeout=60)
@@ -236,8 +241,7 @@ def fixture_fail_closed(drain):
             ru.CONTROLLER, "runuser", "-u", "nobody", "--", "sbatch", "--parsable", f"--nodelist={NODE}",
             "--chdir=/tmp", "--output=/dev/null", "--wrap", "'/var/tmp/forge/%s'" % name,
         ).strip()  # fmt: skip
-        queued = lambda: ru.sh(ru.CONTROLLER, "squeue", "-h", "-j", job, check=False).strip()  # noqa: E731
-        ru.wait_for(f"the forging job {job} to end", lambda: not queued())
+        ru.wait_for(f"the forging job {job} to end", lambda: not queued(job))
         lines = ru.wait_for("the kernel's segfault line", lambda: host_kernel_lines(token), timeout=30)
         seen["forged"] = lines[0]
         events_before = kernel_events(NODE)
