@@ -44,7 +44,10 @@ LOADED = ("/sys/module/nvidia", "/sys/module/nvidia_current")
 KERNEL_IMAGES = ("vmlinuz-", "vmlinux-")
 # DKMS module names of the NVIDIA driver: nvidia (NVIDIA's and Ubuntu's packages), nvidia-open (NVIDIA's RHEL
 # open-module DKMS package), nvidia-srv (Ubuntu's -server branches), nvidia-current and nvidia-tesla-<branch>
-# (Debian). Not nvidia-fs (GPUDirect Storage) or other modules built beside the driver.
+# (Debian). Not nvidia-fs (GPUDirect Storage) or other modules built beside the driver. The last three as real
+# `dkms status` lines print them, found with the code search: "nvidia-srv/535.309.01, 6.17.0-23-generic, x86_64:
+# installed" (Ubuntu nvidia-dkms-535-server), "nvidia-tesla-470/470.256.02" and "nvidia-current/535.183.01"
+# (Debian 12's nvidia-tesla-470-kernel-dkms and nvidia-kernel-dkms).
 DRIVER_DKMS_NAME = re.compile(r"^nvidia(-open|-srv|-current|-tesla(-\d+)?)?$")
 # The driver's module file: nvidia.ko, compressed or not; Debian renames it nvidia-current.ko.
 DRIVER_KO = re.compile(r"(^|/)nvidia(-current|-tesla(-\d+)?)?\.ko(\.(xz|zst|gz))?$")

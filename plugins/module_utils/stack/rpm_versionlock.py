@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import package_syntax
+
 BLOCK_BEGIN = "# BEGIN managed by gpuops.cluster (NVIDIA stack versionlocks)"
 BLOCK_END = "# END managed by gpuops.cluster"
 RPM_QUERY_FORMAT = "%{NAME}\\t%{EPOCHNUM}\\t%{VERSION}\\t%{RELEASE}\\n"
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_+][A-Za-z0-9._+-]*$")
+_NAME_RE = package_syntax.NAME_RULES[package_syntax.DNF][0]  # rpm's name characters, one source
 _PART_RE = re.compile(r"^[A-Za-z0-9._+~^]+$")
 _NOT_INSTALLED_RE = re.compile(r"^package (\S+) is not installed$")
 _MODULE_ROW_RE = re.compile(r"^(\S+)\s+(\S+?)((?:\s*\[[a-z]\])+)(?:\s|$)")
