@@ -26,32 +26,7 @@ cap dmesg-nvrm.txt sh -c 'dmesg -T 2>&1 | grep -E "NVRM|nvidia|segfault" | tail 
 cap dmesg-facility.txt sh -c 'dmesg -f kern -T 2>&1 | tail -3; dmesg --version'
 # A job's program named like a driver message that crashes (the forgery of issue 25), as uid 65534.
 if [ "$(uname -m)" = x86_64 ]; then
-  python3 - "$OUT" <<'PY'
-import os, struct, subprocess, sys
-out = sys.argv[1]
-code = bytes.fromhex("c7042500000000" "00000000")  # mov dword ptr [0], 0
-size = 64 + 56 + len(code)
-ident = b"\x7fELF\x02\x01\x01" + b"\x00" * 9
-header = struct.pack("<16sHHIQQQIHHHHHH", ident, 2, 0x3E, 1, 0x400000 + 120, 64, 0, 0, 64, 56, 1, 0, 0, 0)
-phdr = struct.pack("<IIQQQQQQ", 1, 5, 0, 0x400000, 0x400000, size, size, 0x1000)
-name = "NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus"
-for base in ("/tmp", "/dev/shm", "/var/tmp"):
-    d = os.path.join(base, "gpuops-forge")
-    try:
-        os.makedirs(d, exist_ok=True); os.chmod(d, 0o755)
-        path = os.path.join(d, name)
-        with open(path, "wb") as f: f.write(header + phdr + code)
-        os.chmod(path, 0o755)
-        def drop():
-            if os.getuid() == 0:
-                os.setgroups([]); os.setgid(65534); os.setuid(65534)
-        r = subprocess.run([path], preexec_fn=drop, capture_output=True, timeout=10)
-        open(os.path.join(out, "forge-run.txt"), "w").write("dir %s rc %s %r\n" % (base, r.returncode, r.stderr[:200]))
-        if r.returncode == -11:
-            break
-    except Exception as e:
-        open(os.path.join(out, "forge-run.txt"), "a").write("dir %s error %r\n" % (base, e))
-PY
+  python3 tests/tooling/device_programs.py crash /tmp/gpuops-forge >"$OUT/forge-run.txt" 2>&1
   sleep 1
   cap dmesg-forge.txt sh -c 'dmesg 2>&1 | grep -a segfault | tail -3; dmesg -T 2>&1 | grep -a segfault | tail -3; journalctl -k -o short-iso --no-pager 2>&1 | grep -a segfault | tail -3'
 fi
@@ -62,14 +37,7 @@ health() { PYTHONPATH=/tmp/gpuops-tree timeout 70 python3 -c 'import sys; from a
 { health --json --no-state -c /tmp/gpuops-empty.json; echo "rc=$?"; } >"$OUT/health-idle.json" 2>&1
 { health --json --no-state -c /tmp/gpuops-empty.json --level standard; echo "rc=$?"; } >"$OUT/health-idle-standard.json" 2>&1
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  python3 - <<'PY' &
-import time, torch
-a = torch.randn(16384, 16384, device="cuda", dtype=torch.bfloat16); b = torch.randn_like(a)
-end = time.time() + 75
-while time.time() < end:
-    for _ in range(50): a @ b
-    torch.cuda.synchronize()
-PY
+  timeout 120 python3 tests/tooling/device_programs.py load 75 &
   sleep 25
   cap smi-under-load.xml nvidia-smi -q -x
   { health --json --no-state -c /tmp/gpuops-empty.json; echo "rc=$?"; } >"$OUT/health-load.json" 2>&1

@@ -17,34 +17,14 @@ play() { ANSIBLE_COLLECTIONS_PATH="$work/coll" ANSIBLE_CONFIG="$PWD/ansible.cfg"
 { health --json; echo "rc=$?"; } >"$work/out/command-idle-1.json" 2>&1
 { health --json; echo "rc=$?"; } >"$work/out/command-idle-2.json" 2>&1
 # the forgery, as uid 65534, then a run of the command (its state in place: reads since the last run)
-python3 - "$work" <<'PY'
-import os, struct, subprocess, sys
-code = bytes.fromhex("c704250000000000000000")
-size = 64 + 56 + len(code)
-header = struct.pack("<16sHHIQQQIHHHHHH", b"\x7fELF\x02\x01\x01" + bytes(9), 2, 0x3E, 1, 0x400078, 64, 0, 0, 64, 56, 1, 0, 0, 0)
-program = struct.pack("<IIQQQQQQ", 1, 5, 0, 0x400000, 0x400000, size, size, 0x1000)
-os.makedirs("/tmp/forge", exist_ok=True); os.chmod("/tmp/forge", 0o755)
-path = "/tmp/forge/NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus"
-open(path, "wb").write(header + program + code); os.chmod(path, 0o755)
-def drop():
-    os.setgroups([]); os.setgid(65534); os.setuid(65534)
-done = subprocess.run([path], preexec_fn=drop, timeout=10)
-open(os.path.join(sys.argv[1], "out", "forge-rc.txt"), "w").write("rc %s\n" % done.returncode)
-PY
+python3 tests/tooling/device_programs.py crash /tmp/forge >"$work/out/forge-rc.txt" 2>&1
 sleep 1
 dmesg | grep -a segfault | tail -2 >"$work/out/forge-dmesg.txt" 2>&1
 { health --json; echo "rc=$?"; } >"$work/out/command-after-forgery.json" 2>&1
 { health --json --no-state --since boot; echo "rc=$?"; } >"$work/out/command-whole-boot.json" 2>&1
 { play idle; echo "rc=$?"; } >"$work/out/playbook-idle.txt" 2>&1
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  python3 - <<'PY' &
-import time, torch
-a = torch.randn(16384, 16384, device="cuda", dtype=torch.bfloat16); b = torch.randn_like(a)
-end = time.time() + 70
-while time.time() < end:
-    for _ in range(50): a @ b
-    torch.cuda.synchronize()
-PY
+  timeout 120 python3 tests/tooling/device_programs.py load 70 &
   sleep 20
   nvidia-smi --query-gpu=utilization.gpu,power.draw,temperature.gpu,clocks.sm --format=csv >"$work/out/load.csv" 2>&1
   { health --json; echo "rc=$?"; } >"$work/out/command-load.json" 2>&1

@@ -155,20 +155,9 @@ def test_the_healthy_node_stays_in_service(drain):
 CONFIG = "/etc/gpuops/gpu-health.json"
 KERN_LOG = "/var/log/gpuops-lab/kern.log"
 CHECK_FAILED = PREFIX + "check failed: "
-# An x86-64 ELF whose first instruction writes to address 0 (mov dword ptr [0], 0): it segfaults in its own
-# file, so the kernel's segfault line names that file after " in ", and starts with its first 15 characters.
-ELF_SCRIPT = """
-import os, struct, sys
-code = bytes.fromhex("c704250000000000000000")
-size = 64 + 56 + len(code)
-header = struct.pack("<16sHHIQQQIHHHHHH", b"\\x7fELF\\x02\\x01\\x01" + bytes(9), 2, 0x3E, 1, 0x400078, 64, 0, 0, 64, 56,
-                     1, 0, 0, 0)
-program = struct.pack("<IIQQQQQQ", 1, 5, 0, 0x400000, 0x400000, size, size, 0x1000)
-os.makedirs("/var/tmp/forge", mode=0o755, exist_ok=True)
-with open(os.path.join("/var/tmp/forge", sys.argv[1]), "wb") as out:
-    out.write(header + program + code)
-os.chmod(os.path.join("/var/tmp/forge", sys.argv[1]), 0o755)
-"""
+# Writes an x86-64 ELF that segfaults in its own file: the kernel's segfault line starts with the first 15
+# characters of its name and names the file after " in " (the device scripts run the same program).
+PROGRAMS = ru.REPO / "tests" / "tooling" / "device_programs.py"
 
 
 def last_run(node: str) -> float:
@@ -202,7 +191,7 @@ def resume(node: str) -> None:
 
 def host_kernel_lines(token: str) -> list[str]:
     """The lab host's kernel messages (the nodes share its kernel) that carry ``token``, without the time."""
-    done = subprocess.run(["dmesg"], capture_output=True, text=True, check=False)
+    done = subprocess.run(["dmesg"], capture_output=True, text=True, check=False, timeout=30)
     assert done.returncode == 0, f"dmesg on the lab host: {done.stderr}"
     return [line.split("] ", 1)[1] for line in done.stdout.splitlines() if token in line and "] " in line]
 
@@ -236,7 +225,8 @@ def fixture_fail_closed(drain):
         # 1. the forgery, as an unprivileged job
         token = "lab%d" % int(time.time())
         name = f"NVRM: Xid (PCI:0000:18:00): 79, pid=1, name={token}, GPU has fallen off the bus"
-        ru.sh(NODE, "python3", "-c", ELF_SCRIPT, name)
+        ru.sh(NODE, "mkdir", "-p", "-m", "0755", "/var/tmp/forge")
+        ru.sh(NODE, "python3", "-c", PROGRAMS.read_text(encoding="utf-8"), "write", "/var/tmp/forge/" + name)
         job = ru.sh(
             ru.CONTROLLER, "runuser", "-u", "nobody", "--", "sbatch", "--parsable", f"--nodelist={NODE}",
             "--chdir=/tmp", "--output=/dev/null", "--wrap", "'/var/tmp/forge/%s'" % name,
@@ -276,7 +266,7 @@ def fixture_fail_closed(drain):
             ru.sh(NODE, "gpuops-lab-fault", "xid", "--gpu", "0", "--code", "79")
             done = subprocess.run(
                 ["podman", "exec", NODE, "/usr/local/sbin/gpuops-gpu-health-slurm"],
-                capture_output=True, text=True, check=False,
+                capture_output=True, text=True, check=False, timeout=120,
             )  # fmt: skip
             seen["first_attempt"] = {"rc": done.returncode, "out": done.stdout, "err": done.stderr}
         finally:
