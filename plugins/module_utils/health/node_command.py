@@ -48,6 +48,7 @@ import subprocess
 import sys
 import time
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import KILL_AFTER
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value, under
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     error_rates,
@@ -63,7 +64,6 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.health.node_reader import (
     DIAG_TIMEOUTS,
-    KILL_AFTER,
     NCCL_TIMEOUT,
     NodeReader,
 )

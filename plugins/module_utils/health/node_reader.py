@@ -36,6 +36,7 @@ import datetime
 import os
 import time
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import KILL_AFTER, TIMED_OUT_RCS
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value, under
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     dcgm_diag,
@@ -54,8 +55,6 @@ PROC_STAT = "/proc/stat"
 COMMAND_TIMEOUT = 60  # s, every read (nvidia-smi, journalctl, dmesg, systemctl)
 DIAG_TIMEOUTS = {"1": 300, "2": 1800}  # s, dcgmi diag -r N (-r 1 takes seconds once the host engine answers)
 NCCL_TIMEOUT = 900  # s, all_reduce_perf at 16 GB on one node
-KILL_AFTER = 5  # s between SIGTERM and SIGKILL
-TIMEOUT_RCS = (124, 137)  # coreutils timeout: the limit was reached (137: killed after the grace)
 DCGM_PACKAGES = "datacenter-gpu-manager (DCGM 3) or datacenter-gpu-manager-4-cuda<N> (DCGM 4)"
 
 
@@ -121,7 +120,7 @@ class NodeReader:
             wrapped = [self.timeout_path, "-k", str(KILL_AFTER), str(timeout), *argv]
         self.commands.append(" ".join(wrapped))
         rc, out, err = self.module.run_command(wrapped)
-        timed_out = bool(self.timeout_path) and rc in TIMEOUT_RCS
+        timed_out = bool(self.timeout_path) and rc in TIMED_OUT_RCS
         if timed_out:
             err = "did not finish in %d s (stopped)" % timeout
         return rc, out, err, timed_out
