@@ -338,6 +338,23 @@ def start_killable_run(tmp_path, name, hosts: dict, extravars: dict):
     )
 
 
+def kill_with_two_in_flight(run, journal, output):
+    """Kill the controller (the run's process group) once the canary is back and two nodes are in flight."""
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            entries = journal_entries(journal) if journal.exists() else []
+            admitted = [e["node"] for e in entries if e["event"] == "admit"]
+            released = [e["node"] for e in entries if e["event"] == "release"]
+            if len(admitted) >= 3 and len(set(admitted) - set(released)) == 2:
+                break
+            assert run.poll() is None, output.read_text()[-3000:]
+            time.sleep(0.2)
+        os.killpg(run.pid, signal.SIGKILL)
+    finally:
+        run.wait(timeout=30)
+
+
 def test_a_run_killed_mid_way_is_continued_by_the_re_run_within_max_unavailable(tmp_path):
     names = [f"n{i}" for i in range(1, 9)]
     nodes = [{"name": name, "canary": name == "n1"} for name in names]
@@ -348,19 +365,7 @@ def test_a_run_killed_mid_way_is_continued_by_the_re_run_within_max_unavailable(
     run = start_killable_run(
         tmp_path, "crashed", hosts, {"window_nodes": nodes, "window_settings": settings, "window_journal": journal}
     )
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline:  # the canary is back and two nodes are in flight: kill the controller
-            entries = journal_entries(first) if first.exists() else []
-            admitted = [e["node"] for e in entries if e["event"] == "admit"]
-            released = [e["node"] for e in entries if e["event"] == "release"]
-            if len(admitted) >= 3 and len(set(admitted) - set(released)) == 2:
-                break
-            assert run.poll() is None, (tmp_path / "crashed.out").read_text()[-3000:]
-            time.sleep(0.2)
-        os.killpg(run.pid, signal.SIGKILL)
-    finally:
-        run.wait(timeout=30)
+    kill_with_two_in_flight(run, first, tmp_path / "crashed.out")
     crashed = run_journal.replay(run_journal.read(str(first)))
     assert crashed["ended_at"] is None
     assert len(crashed["in_flight"]) == 2
@@ -402,19 +407,7 @@ def test_a_re_run_with_the_same_journal_path_continues_it_within_max_unavailable
     run = start_killable_run(
         tmp_path, "crashed", hosts, {"window_nodes": nodes, "window_settings": settings, "window_journal": journal}
     )
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            entries = journal_entries(path) if path.exists() else []
-            admitted = [e["node"] for e in entries if e["event"] == "admit"]
-            released = [e["node"] for e in entries if e["event"] == "release"]
-            if len(admitted) >= 3 and len(set(admitted) - set(released)) == 2:
-                break
-            assert run.poll() is None, (tmp_path / "crashed.out").read_text()[-3000:]
-            time.sleep(0.2)
-        os.killpg(run.pid, signal.SIGKILL)
-    finally:
-        run.wait(timeout=30)
+    kill_with_two_in_flight(run, path, tmp_path / "crashed.out")
     crashed = run_journal.replay(run_journal.read(str(path)))
     assert len(crashed["in_flight"]) == 2
     with path.open("a") as handle:
