@@ -55,7 +55,7 @@ def load(seconds: float) -> None:
     b = torch.randn_like(a)
     end = time.time() + seconds
     while time.time() < end:
-        for _ in range(50):
+        for _round in range(50):
             _product = a @ b
         torch.cuda.synchronize()
 
