@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Build the lab's signed stand-in NVIDIA apt repositories from spec*.yml (lab only).
 
-Each spec (spec.yml: Debian 12; spec-ubuntu2204.yml: Ubuntu 22.04) gives one or more flat repositories.
+Each spec (spec.yml: Debian 12; spec-ubuntu2204.yml: Ubuntu 22.04) gives one or more flat repositories; a spec with
+``format: rpm`` (spec-rhel9.yml) gives dnf repositories, built by build_rpm_repo.py.
 Writes, under STATE (the repository's git-ignored .lab/ folder):
   repo/<path>/            flat repository: *.deb, Packages(.gz), Release, InRelease, Release.gpg; left
                           untouched when its packages come out the same (the .debs are reproducible), so
@@ -36,6 +37,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[3]
 SIMULATOR = HERE.parent / "nvidia-smi" / "nvidia_smi_sim.py"
+DCGMI = HERE.parent / "gpu-tools" / "dcgmi_sim.py"
 KEY_UID = "gpuops lab stand-in NVIDIA repository <lab@gpuops.invalid>"
 RESOLVER = "ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_resolver"
 WRONG_KEY_UID = "gpuops lab WRONG key <wrong@gpuops.invalid>"
@@ -241,6 +243,10 @@ def stage_contents(staging: Path, package: dict) -> None:
         elif content == "dcgm":
             daemon = {"name": "nv-hostengine", "version": driver, "ready": "nv-hostengine-ready", "precheck": ":"}
             add_service(staging, "nvidia-dcgm.service", "NVIDIA DCGM service (gpuops lab nv-hostengine)", daemon)
+            # datacenter-gpu-manager-4-core ships /usr/bin/dcgmi beside nv-hostengine and nvidia-dcgm.service
+            # (NVIDIA/DCGM scripts/verify_package_contents/datacenter-gpu-manager-core_amd64.deb.txt, commit
+            # 0d22068b): the stand-in dcgmi the gate runs.
+            write(staging / "usr/bin/dcgmi", DCGMI.read_text(encoding="utf-8"), 0o755)
         else:
             raise SystemExit(f"build-repo: unknown contents {content!r} for {package['name']}")
 
@@ -385,6 +391,8 @@ def publish(built: Path, dist: Path, arch: str, home: Path) -> bool:
 
 
 def main() -> int:
+    import build_rpm_repo  # noqa: PLC0415 (it imports this module)
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--state", type=Path, default=ROOT / ".lab")
     parser.add_argument("--spec", type=Path, action="append", help="default: every spec*.yml beside this script")
@@ -393,8 +401,12 @@ def main() -> int:
 
     specs = [yaml.safe_load(path.read_text(encoding="utf-8")) for path in args.spec or sorted(HERE.glob("spec*.yml"))]
     arch = subprocess.run(["dpkg", "--print-architecture"], check=True, capture_output=True, text=True).stdout.strip()
-    expanded = []
+    expanded, rpm_specs = [], []
     for spec in specs:
+        if spec.get("format") == "rpm":  # dnf repositories: build_rpm_repo.py
+            checked = 0 if args.no_resolver_check else resolver_check(spec, build_rpm_repo.index(spec))
+            rpm_specs.append((spec, checked))
+            continue
         packages = expand(spec)
         first = kept(packages, dists(spec)[0])
         checked = 0 if args.no_resolver_check else resolver_check(spec, {(p["name"], p["version"]) for p in first})
@@ -425,6 +437,8 @@ def main() -> int:
                     f"build-repo: {len(chosen)} packages in {dist.relative_to(state.parent)}"
                     f" ({'rebuilt' if changed else 'unchanged'}); {checked} lab stacks cross-checked"
                 )
+    for spec, checked in rpm_specs:
+        build_rpm_repo.build(spec, state, home, checked)
     keys = repo / "keys"
     keys.mkdir(parents=True, exist_ok=True)
     (keys / "gpuops-lab-archive-keyring.gpg").write_bytes(gpg(home, "--export").stdout)
