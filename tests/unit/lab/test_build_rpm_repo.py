@@ -72,3 +72,8 @@ def test_streams_list_the_kernel_module_of_their_flavour_only(rhel9):
     assert "nvidia-driver-3:580.95.05-1.el9.x86_64" in open_580
     # Fabric Manager and DCGM are not modular: a stream never hides them
     assert not any(item.startswith(("nvidia-fabricmanager", "datacenter-gpu-manager")) for item in open_580)
+
+
+def test_every_lab_stack_resolves_in_the_rhel9_repository(rhel9):
+    spec, _packages = rhel9
+    assert build_rpm_repo.build_repo.resolver_check(spec, build_rpm_repo.index(spec)) == len(spec["lab_stacks"])
