@@ -183,7 +183,7 @@ options:
         the C(settle) check, named (C(Fabric Manager not active after 300 s (inactive))). A failed Fabric Manager
         or an C(nvidia-smi) that gives no GPU ends the wait at once (waiting does not cure them). A check in
         O(skip_checks) is not waited for.
-      - V(0) judges at once. The rolling upgrade's gate sets it from C(gpuops_health_settle_timeout) (300).
+      - V(0) judges at once. The rolling upgrade's gate sets it from C(gpuops_health_settle_timeout) (default V(300)).
         Ignored in offline triage.
     type: int
     default: 0
@@ -288,6 +288,24 @@ options:
         C(check), C(gpu), C(pci_bus_id)), through a temporary file in the same directory and a rename, mode C(0644).
         The directory must exist.
     type: path
+  gate_needs:
+    description:
+      - Also say, for each level listed, which tools a check at that level would run that the node lacks
+        (C(dcgmi) from V(standard), nccl-tests C(all_reduce_perf) at V(extended); none for a check in
+        O(skip_checks)), in RV(gate_needs). Looks the tools up only; runs nothing more. The rolling upgrade's survey
+        uses it to name, before anything moves, the nodes whose gate would fail for a missing tool.
+    type: list
+    elements: str
+    choices: [quick, standard, extended]
+    default: []
+  gate_tools_provided:
+    description:
+      - Tools that the run itself installs before its gate (C(dcgmi) where the target stack carries DCGM), which
+        RV(gate_needs) never reports as lacking.
+    type: list
+    elements: str
+    choices: [dcgmi, all_reduce_perf]
+    default: []
 extends_documentation_fragment:
   - gpuops.cluster.attributes
   - gpuops.cluster.attributes.platform
@@ -437,6 +455,15 @@ mode:
   returned: always
   type: str
   sample: live
+gate_needs:
+  description: For each level in O(gate_needs), the tools the node lacks for a check at that level, each with its fix.
+  returned: when O(gate_needs) is set, live
+  type: dict
+  sample:
+    standard: []
+    extended:
+      - "all_reduce_perf not installed, a gate at level=extended runs it: build nccl-tests into /opt/nccl-tests/build
+        (or set gpuops_health_all_reduce_perf_path), or skip nccl_busbw"
 level:
   description: The level run.
   returned: always
@@ -452,6 +479,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils import managed_file
 from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
+    gate_needs,
     health_checks,
     health_state,
     infiniband,
@@ -511,6 +539,8 @@ def argument_spec():
         ),
         fail_on_unhealthy=dict(type="bool", default=False),
         prometheus_textfile=dict(type="path"),
+        gate_needs=dict(type="list", elements="str", default=[], choices=list(gate_needs.LEVELS)),
+        gate_tools_provided=dict(type="list", elements="str", default=[], choices=list(gate_needs.TOOLS)),
     )
 
 
@@ -659,6 +689,10 @@ def main():
     )
     if settle:
         result["settle"] = settle[1]
+    if params["gate_needs"] and not offline:
+        result["gate_needs"] = gate_needs.lacking(
+            params["gate_needs"], params["skip_checks"], reader.gate_tools(), params["gate_tools_provided"]
+        )
     if params["prometheus_textfile"]:
         content = prometheus_textfile.render_prometheus(verdict, time.time())
         changed, before = write_textfile(module, params["prometheus_textfile"], content)

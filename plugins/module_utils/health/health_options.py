@@ -31,6 +31,7 @@ OPTIONS = (
     "since",
     "prometheus_textfile",
     "nvidia_smi_path",
+    "all_reduce_perf_path",
     "kernel_log",
     "infiniband_root",
     "settle_timeout",

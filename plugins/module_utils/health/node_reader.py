@@ -40,6 +40,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner impo
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value, under
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     dcgm_diag,
+    gate_needs,
     infiniband,
     kernel_log,
     kernel_modules,
@@ -299,6 +300,20 @@ class NodeReader:
         return {"required": True, "state": state}
 
     # --- DCGM and NCCL --------------------------------------------------------------------------
+    def tool_path(self, name):
+        """Where the gate's tool ``name`` (``dcgmi``, ``all_reduce_perf``) is, or None: the one lookup for the
+        run (``dcgm``, ``nccl``) and for what a gate would lack (``gate_tools``)."""
+        if name == "all_reduce_perf":
+            given = self.params.get("all_reduce_perf_path")
+            if given:
+                return given if os.path.isfile(given) and os.access(given, os.X_OK) else None
+            return self.module.get_bin_path("all_reduce_perf", opt_dirs=NCCL_DIRS)
+        return self.module.get_bin_path(name)
+
+    def gate_tools(self):
+        """``{tool: path or None}`` for every tool a gate level runs (module_utils/health/gate_needs.py)."""
+        return {name: self.tool_path(name) for name in gate_needs.TOOLS}
+
     def dcgm(self, offline):
         if self.params["dcgm_diag_json"]:
             text = self.read_file(self.params["dcgm_diag_json"], "dcgm_diag_json")
@@ -309,7 +324,7 @@ class NodeReader:
                 "offline triage without dcgm_diag_json" if offline else "runs from level=standard"
             )
             return None
-        dcgmi = self.module.get_bin_path("dcgmi")
+        dcgmi = self.tool_path("dcgmi")
         if not dcgmi:
             self.failed["dcgm"] = (
                 "dcgmi not installed, level=%s runs dcgmi diag -r %s: install %s and start nvidia-dcgm, "
@@ -335,7 +350,7 @@ class NodeReader:
         if offline or self.params["level"] != "extended" or "nccl_busbw" in self.skip:
             self.unavailable["nccl"] = "offline triage without nccl_output" if offline else "runs at level=extended"
             return None
-        binary = self.params["all_reduce_perf_path"] or self.module.get_bin_path("all_reduce_perf", opt_dirs=NCCL_DIRS)
+        binary = self.tool_path("all_reduce_perf")
         if not binary:
             self.failed["nccl"] = (
                 "nccl-tests all_reduce_perf not installed, level=extended runs it: build nccl-tests into "

@@ -122,3 +122,19 @@ def test_unreadable_capture_fails_with_the_path(tmp_path):
     module = StandIn(kernel_log=str(tmp_path / "missing.log"))
     with pytest.raises(Failed, match=r"cannot read kernel_log .*missing\.log"):
         node_reader.NodeReader(module).kernel(offline=True, since=None)
+
+
+def test_gate_tools_looks_up_what_the_gates_run_without_running_anything(tmp_path):
+    module = StandIn(bins=("dcgmi",))
+    assert node_reader.NodeReader(module).gate_tools() == {"dcgmi": "/usr/bin/dcgmi", "all_reduce_perf": None}
+    assert module.calls == []
+
+
+def test_a_given_all_reduce_perf_path_counts_only_when_it_is_an_executable_file(tmp_path):
+    binary = tmp_path / "all_reduce_perf"
+    module = StandIn(bins=(), all_reduce_perf_path=str(binary))
+    assert node_reader.NodeReader(module).gate_tools()["all_reduce_perf"] is None
+    binary.write_text("#!/bin/sh\n")
+    assert node_reader.NodeReader(module).gate_tools()["all_reduce_perf"] is None  # not executable
+    binary.chmod(0o755)
+    assert node_reader.NodeReader(module).gate_tools()["all_reduce_perf"] == str(binary)
