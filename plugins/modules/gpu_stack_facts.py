@@ -50,6 +50,14 @@ options:
         description: The package's version is the driver release (see O(index)).
         type: bool
         default: false
+  container_toolkit_auto:
+    description:
+      - The resolved stack's C(container_toolkit.mode) is C(auto) (gpuops_stack.container_toolkit), so the NVIDIA
+        Container Toolkit's packages and pins (O(requested[].component=container_toolkit)) stay out of this read on a
+        node where no container runtime (containerd, dockerd, crio, enroot in C(/usr/bin) or C(/usr/local/bin)) is
+        present. C(gpu_stack.container_runtimes) lists those found either way.
+    type: bool
+    default: false
   packages:
     description: More package names to report, without a requested version (no drift for them).
     type: list
@@ -259,6 +267,12 @@ ansible_facts:
           type: dict
           returned: always
           sample: {"nvidia-fabricmanager": {"active": true, "enabled": true}}
+        container_runtimes:
+          description: The container runtimes present on the node (C(containerd), C(crio), C(docker), C(enroot)).
+          type: list
+          elements: str
+          returned: always
+          sample: [containerd]
         index:
           description:
             - With O(index) only. C(packages) and C(pins) with the exact versions the index holds (each package
@@ -325,6 +339,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner impo
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
     apt_pinning,
+    container_toolkit,
     os_repositories,
     package_index,
     rpm_versionlock,
@@ -533,6 +548,7 @@ def main():
                 "default": [],
                 "options": stack_facts.PACKAGE_OPTIONS,
             },
+            "container_toolkit_auto": {"type": "bool", "default": False},
             "packages": {"type": "list", "elements": "str", "default": []},
             "loaded_version_path": {"type": "path", "default": "/proc/driver/nvidia/version"},
             "nvidia_smi": {"type": "bool", "default": True},
@@ -579,7 +595,14 @@ def main():
         if len(device_id) != 4 or any(ch not in "0123456789abcdefABCDEF" for ch in device_id):
             module.fail_json(msg=f"nvswitch_pci_ids: {device_id!r} is not a 4-digit hex PCI device id (like 22a3)")
 
-    requested = {item["name"]: item for item in params["requested"]}
+    runtimes = container_toolkit.present_runtimes(os.path.exists)
+    requested_list, index_pins = container_toolkit.for_node(
+        params["requested"],
+        params["index"]["pins"] if params["index"] is not None else [],
+        container_toolkit.AUTO if params["container_toolkit_auto"] else None,
+        runtimes,
+    )
+    requested = {item["name"]: item for item in requested_list}
     names = sorted(set(requested) | set(params["packages"]))
     query = query_apt if manager == "apt" else query_dnf
     installed, pins, holds, blacklisted = query(module, names, params)
@@ -602,9 +625,7 @@ def main():
     index = None
     if params["index"] is not None:
         available = read_index(module, manager, sorted(requested), params["index"]["timeout"]) if requested else {}
-        index = package_index.resolve(
-            wanted, params["index"]["pins"], params["index"]["driver"], available, installed, manager
-        )
+        index = package_index.resolve(wanted, index_pins, params["index"]["driver"], available, installed, manager)
         if params["index"]["os_id"]:
             index["os_repositories"] = read_os_repositories(module, manager, params["index"]["os_id"], params["index"])
         if not index["problems"]:
@@ -634,6 +655,7 @@ def main():
         "gpu_models": sorted({gpu["name"] for gpu in (nvml_facts or {}).get("gpus", [])}),
         "nvswitch": switches,
         "services": service_states,
+        "container_runtimes": runtimes,
         "drift": drift,
         "reboot_required": drift["reboot_required"],
         "plan": stack_plan.plan(drift, service_states, params["wanted_services"]),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import container_toolkit
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_version import (
     compare_versions,
     parse_cuda,
@@ -31,9 +32,20 @@ MATCH_KINDS = ("major", "major_minor")
 KERNEL_MODULES = ("open", "proprietary", "any")
 # The CPU architecture of the hosts a GPU model sits in (gpus[].host_arch; absent: x86_64). Grace hosts are arm64.
 HOST_ARCHES = ("x86_64", "arm64")
-COMPONENTS = ("driver", "fabricmanager", "nvsdm", "imex", "cuda", "nccl", "dcgm3", "dcgm4")
+COMPONENTS = ("driver", "fabricmanager", "nvsdm", "imex", "cuda", "nccl", "dcgm3", "dcgm4", "container_toolkit")
 PLACEHOLDERS = frozenset(
-    ("branch", "driver", "os_major", "cuda", "cuda_dashed", "cuda_full", "nccl", "dcgm", "dcgm_cuda_major")
+    (
+        "branch",
+        "driver",
+        "os_major",
+        "cuda",
+        "cuda_dashed",
+        "cuda_full",
+        "nccl",
+        "dcgm",
+        "dcgm_cuda_major",
+        "container_toolkit",
+    )
 )
 _PLACEHOLDER_RE = re.compile(r"\{([^{}]*)\}")
 _EOL_RE = re.compile(r"\d{4}-(0[1-9]|1[0-2])", re.ASCII)
@@ -50,6 +62,7 @@ TOP_KEYS = {
     "nccl": True,
     "dcgm": True,
     "architectures": False,
+    "container_toolkit": False,
     "gpus": True,
     "operating_systems": True,
     "packaging": True,
@@ -171,6 +184,7 @@ class _Checker:
         cudas = self.check_cuda(matrix.get("cuda"))
         self.check_nccl(self.listing("nccl", matrix.get("nccl", [])), cudas)
         self.check_dcgm(self.listing("dcgm", matrix.get("dcgm", [])))
+        self.check_container_toolkit(self.listing("container_toolkit", matrix.get("container_toolkit", [])))
         architectures = None
         if "architectures" in matrix:
             architectures = self.check_architectures(self.listing("architectures", matrix["architectures"]))
@@ -357,6 +371,19 @@ class _Checker:
             for major in self.listing(where + ".cuda_majors", entry.get("cuda_majors", [])):
                 self.integer(where + ".cuda_majors", major)
         self.ordered("dcgm", versions, compare_versions)
+
+    def check_container_toolkit(self, entries):
+        versions = []
+        for index, entry in enumerate(entries):
+            where = "container_toolkit[%d]" % index
+            if self.keys(where, entry, container_toolkit.RELEASE_KEYS, container_toolkit.OPTIONAL_KEYS):
+                self.sources(where, entry, ["min_driver"])
+                problems = container_toolkit.release_problems(entry)
+                for problem in problems:
+                    self.error(where, problem)
+                if not problems:
+                    versions.append(entry["version"])
+        self.ordered("container_toolkit", versions, compare_versions)
 
     def check_architectures(self, entries):
         """Return the architecture names; each has cuda_major_max (int or null), optional dcgm_cuda_major_max."""
@@ -679,6 +706,7 @@ class StackMatrix:
         self.cuda_compat = {entry["major"]: entry["min_driver"] for entry in data["cuda"]["minor_version_compat"]}
         self.nccl = {entry["version"]: entry for entry in data["nccl"]}
         self.dcgm = list(data["dcgm"])
+        self.container_toolkit = list(data.get("container_toolkit", []))
         self.architectures = {entry["name"]: entry for entry in data.get("architectures", [])}
         self.gpus = {entry["key"]: entry for entry in data["gpus"]}
         self._gpu_names = {}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import difflib
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import image_cuda, package_syntax
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import container_toolkit, image_cuda, package_syntax
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_version import (
     compare_versions,
     cuda_dashed,
@@ -36,6 +36,7 @@ REQUEST_KEYS = (
     "allow_unknown_release",
     "image_cuda",
     "allow_forward_compat",
+    "container_toolkit",
 )
 # CUDA and NCCL on the host are optional: sites that ship them in container images install the driver,
 # Fabric Manager and DCGM only, and name the images' CUDA in image_cuda (image_cuda.py).
@@ -677,6 +678,7 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
         res,
     )
     dcgm = _resolve_dcgm(matrix, request.get("dcgm"), branch if branch_entry else None, res, gpu=gpu_entry)
+    toolkit = container_toolkit.resolve(matrix.container_toolkit, request.get("container_toolkit"), version, res)
     kernel_modules = _resolve_kernel_modules(gpu_entry, request.get("kernel_modules"), branch, res)
     if branch_entry is not None:
         _check_published(matrix, osys, branch, kernel_modules, res)
@@ -700,6 +702,7 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
         "nccl": nccl or "",
         "dcgm": dcgm["version"] if dcgm else "",
         "dcgm_cuda_major": str(dcgm["cuda_major"]) if dcgm else "",
+        "container_toolkit": toolkit["version"] if toolkit else "",
     }
     packages = []
     pins = []
@@ -740,6 +743,10 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
             }
             if dcgm["major"] == 4:
                 res.warn("DCGM 4 replaces the legacy datacenter-gpu-manager (DCGM 3) package: remove it first")
+    if toolkit:
+        _add_component(
+            matrix, "container_toolkit", "container_toolkit", osys, branch, kernel_modules, values, packages, pins, res
+        )
     if res.violations:
         return None, res
 
@@ -757,6 +764,7 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
         "nccl_version": nccl,
         "image_cuda": images,
         "dcgm": dcgm,
+        "container_toolkit": toolkit,
         "fabricmanager": bool(fabricmanager),
         "nvswitch": bool(has_nvswitch),
         "imex": imex,

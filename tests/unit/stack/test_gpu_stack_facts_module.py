@@ -357,3 +357,27 @@ def test_a_hung_package_query_fails_naming_it(run_module, converged, files):
 def test_command_timeout_below_one_second_is_refused(run_module, converged, files):
     with pytest.raises(run_module.Fail, match=r"command_timeout and index\.timeout must be at least 1 second"):
         run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED, command_timeout=0))
+
+
+TOOLKIT = {"name": "nvidia-container-toolkit", "version": "1.20.0-1", "component": "container_toolkit"}
+
+
+@pytest.mark.parametrize(("runtime_found", "toolkit_read"), [(False, False), (True, True)])
+def test_auto_toolkit_is_read_only_where_a_container_runtime_is(
+    run_module, converged, files, monkeypatch, runtime_found, toolkit_read
+):
+    real_exists = gpu_stack_facts.os.path.exists
+    monkeypatch.setattr(
+        gpu_stack_facts.os.path,
+        "exists",
+        lambda path: (
+            (runtime_found and path == "/usr/bin/containerd")
+            or (path != "/usr/bin/containerd" and not path.startswith("/usr/") and real_exists(path))
+        ),
+    )
+    params = dict(files, requested=[*REQUESTED, TOOLKIT], container_toolkit_auto=True)
+    facts = facts_of(run_module(gpu_stack_facts.main, params))
+    assert ("nvidia-container-toolkit" in facts["packages"]) is toolkit_read
+    assert facts["container_runtimes"] == (["containerd"] if runtime_found else [])
+    dpkg_names = converged.calls[0][3:]
+    assert ("nvidia-container-toolkit" in dpkg_names) is toolkit_read
