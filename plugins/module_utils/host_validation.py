@@ -11,7 +11,9 @@ names the variable and what to set:
 * with the ``stack`` check: the host's distribution could be read, ``gpuops_stack``
   and ``gpuops_gpu`` are set, the matrix loads, and the stack resolves;
 * with the ``upgrade`` check: the rolling upgrade's settings (``upgrade_settings``),
-  and the rollback target ``gpuops_upgrade_previous_stack`` resolves for the host.
+  and the rollback target ``gpuops_upgrade_previous_stack`` resolves for the host;
+* whenever ``gpuops_mig`` or ``gpuops_mig_config`` is set: the MIG layout fits the host's
+  GPU model (``mig.mig_layout``, against ``matrix/mig_profiles.yml``).
 
 A check that cannot run (no matrix, no GPU model) becomes a problem of its own, so
 one host's missing value never hides another host's problems.
@@ -20,6 +22,7 @@ one host's missing value never hides another host's problems.
 from __future__ import annotations
 
 from ansible_collections.gpuops.cluster.plugins.module_utils import variable_registry, variable_values
+from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_layout, mig_profiles
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import stack_resolver
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import (
     MatrixError,
@@ -84,6 +87,21 @@ def _stack(values, os_name, os_version, read_error, checks, today):
     return problems, warnings, resolved
 
 
+def _mig(values):
+    """Problems of the declared MIG layout (``gpuops_mig``/``gpuops_mig_config``) for the host's GPU model."""
+    spec, config = values.get("gpuops_mig"), values.get("gpuops_mig_config")
+    if spec is None and config is None:
+        return []
+    if spec is not None and not isinstance(spec, dict):
+        return []  # variable_values names the wrong type
+    try:
+        matrix = matrix_at(values.get("gpuops_matrix_path"))
+        profiles = mig_profiles.default_profiles()
+    except (MatrixError, mig_profiles.MigProfilesError) as exc:
+        return ["gpuops_mig cannot be checked: %s" % " ".join(line.strip() for line in str(exc).splitlines())]
+    return mig_layout.problems(spec, config, values.get("gpuops_gpu"), matrix, profiles)
+
+
 def findings(
     values: dict,
     names=(),
@@ -119,6 +137,7 @@ def findings(
         for name, why in sorted((unreadable or {}).items())
     )
     problems.extend(variable_values.problems(values, specs))
+    problems.extend(_mig(values))
     warnings, resolved = [], None
     if "stack" in checks:
         stack_problems, warnings, resolved = _stack(values, os_name, os_version, read_error, checks, today)
