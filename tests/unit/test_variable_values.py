@@ -86,6 +86,22 @@ def test_every_role_default_passes_its_own_checks():
             ["x"],
             "nvidia_stack_extra_repositories has the item 'x'; every item must be a mapping",
         ),
+        # a unit name the upgrade stops, an InfiniBand port, a check name: each item a string, refused before any host
+        (
+            "gpuops_upgrade_stop_services",
+            ["nvidia-dcgm", {"name": "x"}],
+            "gpuops_upgrade_stop_services has the item {name: 'x'}; every item must be a string",
+        ),
+        (
+            "gpuops_health_skip_checks",
+            [["xid"]],
+            "gpuops_health_skip_checks has the item ['xid']; every item must be a string",
+        ),
+        (
+            "gpuops_health_expected_ib_ports",
+            [{"mlx5_0": 1}],
+            "gpuops_health_expected_ib_ports has the item {mlx5_0: 1}; every item must be a string",
+        ),
     ],
 )
 def test_type_choices_and_range(name, value, expected):
