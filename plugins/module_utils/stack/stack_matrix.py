@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import container_toolkit
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import container_toolkit, dcgm_exporter
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_version import (
     compare_versions,
     parse_cuda,
@@ -32,7 +32,18 @@ MATCH_KINDS = ("major", "major_minor")
 KERNEL_MODULES = ("open", "proprietary", "any")
 # The CPU architecture of the hosts a GPU model sits in (gpus[].host_arch; absent: x86_64). Grace hosts are arm64.
 HOST_ARCHES = ("x86_64", "arm64")
-COMPONENTS = ("driver", "fabricmanager", "nvsdm", "imex", "cuda", "nccl", "dcgm3", "dcgm4", "container_toolkit")
+COMPONENTS = (
+    "driver",
+    "fabricmanager",
+    "nvsdm",
+    "imex",
+    "cuda",
+    "nccl",
+    "dcgm3",
+    "dcgm4",
+    "dcgm_exporter",
+    "container_toolkit",
+)
 PLACEHOLDERS = frozenset(
     (
         "branch",
@@ -44,6 +55,7 @@ PLACEHOLDERS = frozenset(
         "nccl",
         "dcgm",
         "dcgm_cuda_major",
+        "dcgm_exporter",
         "container_toolkit",
     )
 )
@@ -358,9 +370,12 @@ class _Checker:
         versions = []
         for index, entry in enumerate(entries):
             where = "dcgm[%d]" % index
-            if not self.keys(where, entry, ["version", "major", "cuda_majors", "source"], ["cuda_majors_source"]):
+            optional = ["cuda_majors_source", *dcgm_exporter.DCGM_ENTRY_KEYS]
+            if not self.keys(where, entry, ["version", "major", "cuda_majors", "source"], optional):
                 continue
             self.sources(where, entry)
+            for problem in dcgm_exporter.release_problems(entry):
+                self.error(where + ".exporter", problem)
             if self.text(where + ".version", entry.get("version"), parse_nccl):
                 versions.append(entry["version"])
                 if (

@@ -13,7 +13,12 @@ from __future__ import annotations
 import datetime
 import difflib
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import container_toolkit, image_cuda, package_syntax
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
+    container_toolkit,
+    dcgm_exporter,
+    image_cuda,
+    package_syntax,
+)
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_version import (
     compare_versions,
     cuda_dashed,
@@ -29,6 +34,7 @@ REQUEST_KEYS = (
     "cuda",
     "nccl",
     "dcgm",
+    "dcgm_exporter",
     "kernel_modules",
     "fabricmanager",
     "allow_minor_version_compat",
@@ -678,6 +684,7 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
         res,
     )
     dcgm = _resolve_dcgm(matrix, request.get("dcgm"), branch if branch_entry else None, res, gpu=gpu_entry)
+    exporter = dcgm_exporter.resolve(matrix.dcgm, request.get("dcgm_exporter"), dcgm, res)
     toolkit = container_toolkit.resolve(matrix.container_toolkit, request.get("container_toolkit"), version, res)
     kernel_modules = _resolve_kernel_modules(gpu_entry, request.get("kernel_modules"), branch, res)
     if branch_entry is not None:
@@ -702,6 +709,7 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
         "nccl": nccl or "",
         "dcgm": dcgm["version"] if dcgm else "",
         "dcgm_cuda_major": str(dcgm["cuda_major"]) if dcgm else "",
+        "dcgm_exporter": exporter["version"] if exporter else "",
         "container_toolkit": toolkit["version"] if toolkit else "",
     }
     packages = []
@@ -743,6 +751,9 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
             }
             if dcgm["major"] == 4:
                 res.warn("DCGM 4 replaces the legacy datacenter-gpu-manager (DCGM 3) package: remove it first")
+    if exporter:
+        label = dcgm_exporter.COMPONENT
+        _add_component(matrix, label, label, osys, branch, kernel_modules, values, packages, pins, res)
     if toolkit:
         _add_component(
             matrix, "container_toolkit", "container_toolkit", osys, branch, kernel_modules, values, packages, pins, res
@@ -764,6 +775,7 @@ def _resolve(request, os, os_version, gpu, nvswitch=None, matrix=None, today=Non
         "nccl_version": nccl,
         "image_cuda": images,
         "dcgm": dcgm,
+        "dcgm_exporter": exporter,
         "container_toolkit": toolkit,
         "fabricmanager": bool(fabricmanager),
         "nvswitch": bool(has_nvswitch),

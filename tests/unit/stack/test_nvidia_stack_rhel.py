@@ -17,7 +17,9 @@ from ansible_collections.gpuops.cluster.plugins.modules import package_pin
 # dnf repoquery output (package_index.DNF_QUERY_FORMAT) in the forms NVIDIA's RHEL 9 repository uses: drivers
 # epoch 3 and "-1.el9" (tests/fixtures/package_index/rhel9-dnf-repoquery-kmod.txt), Fabric Manager and NSCQ "-1"
 # without a dist tag (rhel8-yum-list-showduplicates-nvidia-fabric-manager.txt), DCGM with epoch 1 and a release
-# (nvidia-stack-facts: datacenter-gpu-manager-4-core-1:4.5.2-1). Built for this test at the versions it requests.
+# (nvidia-stack-facts: datacenter-gpu-manager-4-core-1:4.5.2-1), the DCGM Exporter paired with DCGM 4.6.0 at
+# <exporter>-1 without an epoch (matrix source dcgm_exporter_packages: rhel8
+# datacenter-gpu-manager-exporter-4.5.0-1.x86_64.rpm). Built for this test at the versions it requests.
 REPOQUERY = """\
 nvidia-driver 3:550.127.05-1.el9 cuda-rhel9-x86_64
 nvidia-driver 3:550.54.15-1.el9 cuda-rhel9-x86_64
@@ -32,6 +34,7 @@ libnccl 0:2.25.1-1+cuda12.4 cuda-rhel9-x86_64
 libnccl-devel 0:2.25.1-1+cuda12.4 cuda-rhel9-x86_64
 datacenter-gpu-manager-4-core 1:4.6.0-1 cuda-rhel9-x86_64
 datacenter-gpu-manager-4-cuda12 1:4.6.0-1 cuda-rhel9-x86_64
+datacenter-gpu-manager-exporter 0:4.8.3-1 cuda-rhel9-x86_64
 """
 
 

@@ -645,9 +645,10 @@ def test_driver_only_request_installs_no_toolkit(os, os_version):
     assert result["nccl_version"] is None
     assert result["image_cuda"] == []
     components = {p["component"] for p in result["packages"]}
-    assert components == {"driver", "fabricmanager", "dcgm"}
+    # the DCGM Exporter paired with the DCGM comes with it (dcgm_exporter: auto)
+    assert components == {"driver", "fabricmanager", "dcgm", "dcgm_exporter"}
     assert not [p for p in result["packages"] if p["name"].startswith(("cuda-toolkit", "libnccl"))]
-    assert {p["component"] for p in result["pins"]} <= {"driver", "fabricmanager", "dcgm"}
+    assert {p["component"] for p in result["pins"]} <= {"driver", "fabricmanager", "dcgm", "dcgm_exporter"}
     assert not any("None" in p["version"] or "None" in p["name"] for p in result["packages"])
     # DCGM's CUDA build follows the driver branch, not a host toolkit.
     assert result["dcgm"]["package"].endswith("-cuda13")

@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[3]
 SIMULATOR = HERE.parent / "nvidia-smi" / "nvidia_smi_sim.py"
 DCGMI = HERE.parent / "gpu-tools" / "dcgmi_sim.py"
+EXPORTER = HERE.parent / "dcgm-exporter" / "dcgm_exporter_sim.py"
 KEY_UID = "gpuops lab stand-in NVIDIA repository <lab@gpuops.invalid>"
 RESOLVER = "ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_resolver"
 WRONG_KEY_UID = "gpuops lab WRONG key <wrong@gpuops.invalid>"
@@ -95,6 +96,36 @@ TimeoutStopSec=5
 
 [Install]
 WantedBy=multi-user.target
+"""
+
+# The unit datacenter-gpu-manager-exporter installs (NVIDIA/dcgm-exporter tag 4.5.3-4.8.2,
+# packaging/config-files/systemd/nvidia-dcgm-exporter.service), with its ExecStart, dependencies and restart policy.
+EXPORTER_UNIT = """[Unit]
+Description=NVIDIA DCGM-exporter service (gpuops lab stand-in)
+Wants=nvidia-dcgm.service
+After=nvidia-dcgm.service
+
+[Service]
+User=root
+PrivateTmp=false
+
+StandardOutput=append:/var/log/dcgm-exporter.log
+StandardError=append:/var/log/dcgm-exporter.log
+
+ExecStart=/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv
+
+Restart=on-abort
+
+[Install]
+WantedBy=multi-user.target
+"""
+# The stand-in's collectors file: the fields of dcgm-exporter's etc/default-counters.csv the lab can feed, in its
+# "field, type, help" format.
+EXPORTER_COUNTERS = """# Format
+# DCGM FIELD, Prometheus metric type, help message
+DCGM_FI_DEV_GPU_TEMP,    gauge, GPU temperature (in C).
+DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).
+DCGM_FI_DEV_FB_USED,     gauge, Framebuffer memory used (in MiB).
 """
 
 MAINTSCRIPT = """#!/bin/sh
@@ -247,6 +278,16 @@ def stage_contents(staging: Path, package: dict) -> None:
             # (NVIDIA/DCGM scripts/verify_package_contents/datacenter-gpu-manager-core_amd64.deb.txt, commit
             # 0d22068b): the stand-in dcgmi the gate runs.
             write(staging / "usr/bin/dcgmi", DCGMI.read_text(encoding="utf-8"), 0o755)
+        elif content == "dcgm-exporter":
+            # datacenter-gpu-manager-exporter: /usr/bin/dcgm-exporter, its collectors file and the packaged unit
+            # (NVIDIA/dcgm-exporter packaging/config-files/systemd/nvidia-dcgm-exporter.service, under /usr/lib as
+            # NVIDIA/dcgm-exporter issue 606 shows it installed); the stand-in serves the simulated GPUs.
+            write(staging / "usr/bin/dcgm-exporter", EXPORTER.read_text(encoding="utf-8"), 0o755)
+            write(staging / "etc/dcgm-exporter/default-counters.csv", EXPORTER_COUNTERS)
+            write(staging / "usr/lib/systemd/system/nvidia-dcgm-exporter.service", EXPORTER_UNIT)
+            write(staging / "DEBIAN/postinst", MAINTSCRIPT.format(stop=""), 0o755)
+            write(staging / "DEBIAN/postrm", MAINTSCRIPT.format(stop=""), 0o755)
+            write(staging / "DEBIAN/conffiles", "/etc/dcgm-exporter/default-counters.csv\n")
         else:
             raise SystemExit(f"build-repo: unknown contents {content!r} for {package['name']}")
 
