@@ -21,6 +21,10 @@ description:
     C(kernel_module) check (fix it before the node reboots), any other warns. The kernel booted next is
     C(grubby --default-kernel) where grubby is installed, else the newest installed kernel (GRUB's default).
     From O(level=standard) C(dkms status) names the fix. Skipped when no driver is installed by DKMS or a package.
+  - Judges the CDI specification of the GPUs (C(nvidia.yaml) in C(/var/run/cdi) and C(/etc/cdi), files only) where
+    the NVIDIA Container Toolkit is installed. The one runtimes take first must name the loaded driver's release and
+    list every GPU (every MIG device where MIG is on), or the C(cdi_spec) check fails with the command that
+    regenerates it; a stale one in the other directory warns. Skipped without C(nvidia-ctk).
   - O(level=standard) adds C(dcgmi diag -r 1); O(level=extended) runs C(dcgmi diag -r 2) and C(all_reduce_perf)
     against a bus-bandwidth threshold.
   - The verdict fails closed. At the level asked for, a missing tool (no C(dcgmi), no C(all_reduce_perf)), a run
@@ -275,8 +279,8 @@ options:
     default: []
     choices: [nvidia_smi, gpu_count, gpu_model, driver_version, persistence_mode, mig_mode, ecc_mode, ecc_errors,
               row_remap, retired_pages, pcie_link, temperature, clock_events, recovery, fabric, fabricmanager, xid,
-              fallen_off_bus, sxid, nvlink, nvlink_errors, infiniband, dcgm_diag, nccl_busbw, kernel_module, ecc_rate,
-              row_remap_rate, infiniband_rate, xid_repeat, nccl_baseline, dcgm_baseline, settle]
+              fallen_off_bus, sxid, nvlink, nvlink_errors, infiniband, dcgm_diag, nccl_busbw, kernel_module, cdi_spec,
+              ecc_rate, row_remap_rate, infiniband_rate, xid_repeat, nccl_baseline, dcgm_baseline, settle]
   fail_on_unhealthy:
     description:
       - Fail the task when any check fails. The result still carries every check.

@@ -17,6 +17,7 @@ a node_exporter textfile.
 from __future__ import annotations
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
+    cdi_spec,
     kernel_modules,
     node_verdict,
     nvlink_counts,
@@ -51,6 +52,7 @@ CHECKS = (
     "dcgm_diag",
     "nccl_busbw",
     "kernel_module",
+    "cdi_spec",
 )
 STATUSES = ("pass", "warn", "fail", "skip")
 STATUS_RANK = {"skip": 0, "pass": 1, "warn": 2, "fail": 3}  # worst last
@@ -793,7 +795,7 @@ def evaluate(inputs, options=None):
     """Judge one node.
 
     ``inputs`` keys (each optional): ``smi`` (nvidia_smi_xml.parse), ``kernel``
-    (kernel_log.parse), ``nvlink_status`` / ``nvlink_errors`` (nvlink.parse_*),
+    (kernel_log.parse), ``nvlink_status`` / ``nvlink_errors`` (nvlink.parse_*), ``cdi`` (cdi_spec.read),
     ``infiniband`` (infiniband.read_ports), ``fabricmanager``
     (``{required, state, reason}``), ``dcgm`` (``{level, parsed}``), ``nccl``
     (``{parsed}``), ``kernel_modules`` (kernel_modules.read) and ``unavailable``: ``{source: reason}`` for sources not
@@ -801,7 +803,7 @@ def evaluate(inputs, options=None):
     for sources asked for at this level that could not be read (tool missing, timed out, failed),
     which turns their checks into failures with that reason: the verdict fails closed. ``nvswitch``:
     the node's NVSwitch devices (None when unknown). Sources:
-    ``smi kernel nvlink_status nvlink_errors infiniband fabricmanager dcgm nccl kernel_modules``.
+    ``smi kernel nvlink_status nvlink_errors infiniband fabricmanager dcgm nccl kernel_modules cdi``.
 
     ``options``: ``expected_gpu_count``, ``expected_gpu_model``,
     ``expected_driver_version``, ``expected_ib_ports`` (``mlx5_0`` or
@@ -924,6 +926,11 @@ def evaluate(inputs, options=None):
     else:
         found = kernel_modules.findings(inputs["kernel_modules"])
         checks.extend(_check("kernel_module", status, detail) for status, detail in found)
+
+    if inputs.get("cdi") is None:
+        checks.extend(not_read(("cdi_spec",), "cdi", "CDI specification not read"))
+    else:
+        checks.extend(_check("cdi_spec", status, detail) for status, detail in cdi_spec.findings(inputs["cdi"], smi))
 
     if skip:
         kept = [check for check in checks if check["name"] not in skip]

@@ -39,6 +39,7 @@ import time
 from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import KILL_AFTER, TIMED_OUT_RCS
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value, under
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
+    cdi_spec,
     dcgm_diag,
     gate_needs,
     infiniband,
@@ -146,6 +147,7 @@ class NodeReader:
         inputs["dcgm"] = self.dcgm(offline)
         inputs["nccl"] = self.nccl(offline, smi)
         inputs["kernel_modules"] = self.kernel_modules(offline)
+        inputs["cdi"] = self.cdi(offline)
         inputs["unavailable"] = self.unavailable
         inputs["failed"] = self.failed
         return inputs
@@ -372,6 +374,15 @@ class NodeReader:
             parsed["warnings"].append("all_reduce_perf exited %s: %s" % (rc, (err or "").strip()[:300]))
             parsed["busbw_gbps"] = None
         return {"parsed": parsed}
+
+    # --- the CDI specification of the GPUs (files only) ------------------------------------------
+    def cdi(self, offline):
+        if offline:
+            self.unavailable["cdi"] = "offline triage: the node's CDI specification is not read"
+            return None
+        if "cdi_spec" in self.skip:
+            return None
+        return cdi_spec.read(self.root)
 
     # --- the NVIDIA module of each installed kernel -----------------------------------------------
     def kernel_modules(self, offline):
