@@ -203,6 +203,24 @@ def _power(reader):
     return {"draw": None, "limit": None, "block": None}
 
 
+def _processes(element):
+    """``<processes><process_info>``: pid, name, type, used memory and, under MIG, the GPU/compute instance ids."""
+    found = []
+    for info in element.findall("processes/process_info"):
+        reader = _Reader(info)
+        found.append(
+            {
+                "pid": reader.number("pid"),
+                "name": reader.value("process_name"),
+                "type": reader.value("type"),
+                "used_memory_mib": reader.number("used_memory"),
+                "gpu_instance_id": reader.number("gpu_instance_id"),
+                "compute_instance_id": reader.number("compute_instance_id"),
+            }
+        )
+    return found
+
+
 def _gpu(element, index):
     reader = _Reader(element)
     bus_id_raw = reader.value("pci/pci_bus_id") or element.get("id")
@@ -220,7 +238,6 @@ def _gpu(element, index):
         "vbios_version": reader.value("vbios_version"),
         "persistence_mode": reader.flag("persistence_mode"),
         "mig_mode": {"current": reader.flag("mig_mode/current_mig"), "pending": reader.flag("mig_mode/pending_mig")},
-        "mig_devices": len(element.findall("mig_devices/mig_device")),
         "ecc_mode": {"current": reader.flag("ecc_mode/current_ecc"), "pending": reader.flag("ecc_mode/pending_ecc")},
         "ecc_errors": {
             "volatile": _ecc_counts(reader, "volatile"),
@@ -258,6 +275,8 @@ def _gpu(element, index):
         "drain_and_reset_recommended": reader.flag("gpu_reset_status/drain_and_reset_recommended"),
         "recovery_action": recovery_action,
         "memory_total_mib": reader.number("fb_memory_usage/total"),
+        "pci_device_id": reader.value("pci/pci_device_id"),
+        "processes": _processes(element),
     }
     gpu["field_errors"] = reader.field_errors
     return gpu
