@@ -32,6 +32,9 @@ plain files, so tests can set up any node state:
     written by the stand-in daemons while they run; they drive the fabric state
     and the persistence mode that ``-q`` reports.
 
+MIG (``-mig``, ``-r``, ``nvidia-smi mig ...``, ``<mig_mode>``) lives in ``nvidia_smi_mig.py``, installed
+beside this file as ``/usr/lib/gpuops-lab/nvidia_smi_mig.py``; its docstring lists its state files.
+
 ``GPUOPS_LAB_ROOT`` prefixes every path (unit tests point it at a temp dir).
 """
 
@@ -46,6 +49,10 @@ import os
 import socket
 import sys
 import xml.etree.ElementTree as ET
+
+# MIG: next to this file in the repository, in /usr/lib/gpuops-lab on a lab node.
+sys.path[:0] = [os.path.dirname(os.path.realpath(__file__)), "/usr/lib/gpuops-lab"]
+import nvidia_smi_mig as mig
 
 # Model table: name as nvidia-smi prints it, memory, power limit, PCIe link,
 # NVLink count, architecture, PCI device id and compute capability.
@@ -188,6 +195,7 @@ def driver_state() -> dict:
     except FileNotFoundError:
         write_file("/run/gpuops-lab/nvidia-version", module_version_text(driver["version"]))
         loaded = driver["version"]
+        mig.on_module_load()  # boot or reload: pending MIG modes take effect, no instance survives
     if loaded != driver["version"]:
         nvml = ".".join(driver["version"].split(".")[:2])
         raise SmiError(
@@ -233,6 +241,7 @@ def node_gpus() -> list[dict]:
                 "index": len(gpus),
                 "slot": index,
                 "model": model,
+                "model_name": model_name,
                 "bus_id": bus_ids[index % len(bus_ids)],
                 "serial": str(serial_base + index),
                 "uuid": f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}",
@@ -305,10 +314,17 @@ def gpu_xml(root: ET.Element, gpu: dict) -> None:
     sub(node, "display_active", "Disabled")
     sub(node, "persistence_mode", "Enabled" if persistence_enabled() else "Disabled")
     sub(node, "addressing_mode", "None")
-    mig = sub(node, "mig_mode")
-    sub(mig, "current_mig", "Disabled" if model["nvlinks"] else "N/A")
-    sub(mig, "pending_mig", "Disabled" if model["nvlinks"] else "N/A")
-    sub(node, "mig_devices", "None")
+    mig_mode = mig.mode(gpu)
+    mode_element = sub(node, "mig_mode")
+    for name in ("current", "pending"):
+        sub(mode_element, f"{name}_mig", "N/A" if mig_mode is None else ("Enabled" if mig_mode[name] else "Disabled"))
+    mig_devices = mig.devices(gpu) if mig_mode and mig_mode["current"] else []
+    devices_element = sub(node, "mig_devices", None if mig_devices else "None")
+    for number, device in enumerate(mig_devices):
+        element = sub(devices_element, "mig_device")
+        sub(element, "index", number)
+        sub(element, "gpu_instance_id", device["gi"])
+        sub(element, "compute_instance_id", device["ci"])
     sub(node, "accounting_mode", "Disabled")
     sub(node, "accounting_mode_buffer_size", 4000)
     dm = sub(node, "driver_model")
@@ -476,7 +492,8 @@ def query_fields(gpu: dict, driver: dict, count: int) -> dict:
         "compute_cap": (model["compute_cap"], ""),
         "vbios_version": ("96.00.99.00.01", ""),
         "persistence_mode": ("Enabled" if persistence_enabled() else "Disabled", ""),
-        "mig.mode.current": ("Disabled" if model["nvlinks"] else "[N/A]", ""),
+        "mig.mode.current": (mig_word(gpu, "current"), ""),
+        "mig.mode.pending": (mig_word(gpu, "pending"), ""),
         "pcie.link.gen.current": (gpu["link"]["gen"], ""),
         "pcie.link.gen.gpucurrent": (gpu["link"]["gen"], ""),
         "pcie.link.gen.max": (model["pcie_gen"], ""),
@@ -501,6 +518,11 @@ def query_fields(gpu: dict, driver: dict, count: int) -> dict:
         fields[f"clocks_event_reasons.{reason}"] = value
         fields[f"clocks_throttle_reasons.{reason}"] = value
     return fields
+
+
+def mig_word(gpu: dict, which: str) -> str:
+    mig_mode = mig.mode(gpu)
+    return "[N/A]" if mig_mode is None else ("Enabled" if mig_mode[which] else "Disabled")
 
 
 def query_gpu(gpus: list[dict], driver: dict, names: str, fmt: str) -> str:
@@ -533,7 +555,16 @@ def query_gpu(gpus: list[dict], driver: dict, names: str, fmt: str) -> str:
 
 
 def list_gpus(gpus: list[dict]) -> str:
-    return "".join(f"GPU {g['index']}: {g['model']['product_name']} (UUID: {g['uuid']})\n" for g in gpus)
+    """``nvidia-smi -L``; MIG devices indented under their GPU as R470+ drivers print them (MIG user guide)."""
+    lines = []
+    for gpu in gpus:
+        lines.append(f"GPU {gpu['index']}: {gpu['model']['product_name']} (UUID: {gpu['uuid']})")
+        mig_mode = mig.mode(gpu)
+        for number, device in enumerate(mig.devices(gpu) if mig_mode and mig_mode["current"] else []):
+            digest = hashlib.sha1(f"{gpu['uuid']}/{device['gi']}/{device['ci']}".encode()).hexdigest()
+            uuid = f"MIG-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+            lines.append(f"  MIG {device['name']:<13} Device {number:2d}: (UUID: {uuid})")
+    return "".join(line + "\n" for line in lines)
 
 
 def nvlink_status(gpus: list[dict]) -> str:
@@ -597,6 +628,20 @@ def smi_main(argv: list[str]) -> str:
         gpus = select(node_gpus(), args.id)
         require_gpus(gpus)
         return nvlink_error_counters(gpus) if args.errorcounters else nvlink_status(gpus)
+    if argv[:1] == ["mig"]:
+        driver_state()
+        rest = list(argv[1:])
+        ids = None
+        for flag in ("-i", "--id"):
+            if flag in rest[:-1]:
+                ids = rest[rest.index(flag) + 1]
+                del rest[rest.index(flag) : rest.index(flag) + 2]
+        gpus = select(node_gpus(), ids)
+        require_gpus(gpus)
+        try:
+            return mig.main(gpus, rest)
+        except mig.MigError as error:
+            raise SmiError(str(error), error.code) from error
     parser = argparse.ArgumentParser(prog="nvidia-smi", add_help=False)
     parser.add_argument("-q", "--query", action="store_true")
     parser.add_argument("-x", "--xml-format", action="store_true")
@@ -605,12 +650,17 @@ def smi_main(argv: list[str]) -> str:
     parser.add_argument("--query-gpu")
     parser.add_argument("--format", default="csv")
     parser.add_argument("-pm", "--persistence-mode")
+    parser.add_argument("-mig", "--multi-instance-gpu")
+    parser.add_argument("-r", "--gpu-reset", action="store_true")
     parser.add_argument("--version", action="store_true")
     parser.add_argument("-h", "--help", action="store_true")
     args, unknown = parser.parse_known_args(argv)
     if args.help:
         return (
-            "gpuops lab nvidia-smi: -q [-x], -L, --query-gpu=F --format=csv[,noheader][,nounits], nvlink -s|-e, -i ID\n"
+            "gpuops lab nvidia-smi: -q [-x], -L, --query-gpu=F --format=csv[,noheader][,nounits], nvlink -s|-e,\n"
+            "  -i ID, -i ID -mig 0|1, -i ID -r,\n"
+            "  mig [-i ID] -lgip|-lgipp|-lgi|-lci|-cgi IDS [-C]|-cci [IDS] -gi ID|-dci [-gi ID] [-ci ID]|-dgi [-gi ID]"
+            "\n"
         )
     if unknown:
         raise SmiError(
@@ -629,6 +679,19 @@ def smi_main(argv: list[str]) -> str:
                 os.unlink(lab_path("/run/gpuops-lab/persistence-mode"))
         mode = "Enabled" if persistence_enabled() else "Disabled"
         return "".join(f"Persistence mode is already {mode} for GPU {g['bus_id']}.\n" for g in gpus)
+    try:
+        if args.multi_instance_gpu is not None:
+            require_gpus(gpus)
+            if args.multi_instance_gpu not in ("0", "1", "ENABLED", "DISABLED"):
+                raise SmiError(
+                    f'"{args.multi_instance_gpu}" is not a valid MIG mode: give 0 or 1', EXIT_INVALID_ARGUMENT
+                )
+            return mig.set_mode(gpus, args.multi_instance_gpu in ("1", "ENABLED"))
+        if args.gpu_reset:
+            require_gpus(gpus)
+            return mig.reset(gpus)
+    except mig.MigError as error:
+        raise SmiError(str(error), error.code) from error
     if args.query_gpu:
         return query_gpu(gpus, driver, args.query_gpu, args.format)
     if args.list_gpus:

@@ -37,6 +37,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[3]
 SIMULATOR = HERE.parent / "nvidia-smi" / "nvidia_smi_sim.py"
+SIMULATOR_MIG = HERE.parent / "nvidia-smi" / "nvidia_smi_mig.py"  # imported by the simulator
 DCGMI = HERE.parent / "gpu-tools" / "dcgmi_sim.py"
 EXPORTER = HERE.parent / "dcgm-exporter" / "dcgm_exporter_sim.py"
 KEY_UID = "gpuops lab stand-in NVIDIA repository <lab@gpuops.invalid>"
@@ -240,6 +241,7 @@ def stage_contents(staging: Path, package: dict) -> None:
             write(staging / "usr/share/gpuops-lab/driver.json", driver_json)
         elif content == "nvidia-smi":
             write(staging / "usr/bin/nvidia-smi", SIMULATOR.read_text(encoding="utf-8"), 0o755)
+            write(staging / "usr/lib/gpuops-lab/nvidia_smi_mig.py", SIMULATOR_MIG.read_text(encoding="utf-8"))
             (staging / "usr/sbin").mkdir(parents=True, exist_ok=True)
             (staging / "usr/sbin/gpuops-lab-fault").symlink_to("../bin/nvidia-smi")
         elif content in ("kernel-open", "kernel-proprietary"):
