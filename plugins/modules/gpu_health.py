@@ -25,6 +25,11 @@ description:
     the NVIDIA Container Toolkit is installed. The one runtimes take first must name the loaded driver's release and
     list every GPU (every MIG device where MIG is on), or the C(cdi_spec) check fails with the command that
     regenerates it; a stale one in the other directory warns. Skipped without C(nvidia-ctk).
+  - Asks the DCGM Exporter where its unit C(nvidia-dcgm-exporter.service) is installed (the nvidia_stack role
+    installs it with DCGM), with one GET of C(http://127.0.0.1:<port>/metrics) (the port of the role's drop-in,
+    else 9400) and a 10 s timeout. Every GPU nvidia-smi lists must have a C(DCGM_FI_*) series, or the C(dcgm_exporter)
+    check fails; an exporter that does not answer (refused, timed out, an HTTP error) fails with the fix. Skipped
+    where the exporter is not installed and in offline triage.
   - O(level=standard) adds C(dcgmi diag -r 1); O(level=extended) runs C(dcgmi diag -r 2) and C(all_reduce_perf)
     against a bus-bandwidth threshold.
   - The verdict fails closed. At the level asked for, a missing tool (no C(dcgmi), no C(all_reduce_perf)), a run
@@ -280,7 +285,8 @@ options:
     choices: [nvidia_smi, gpu_count, gpu_model, driver_version, persistence_mode, mig_mode, ecc_mode, ecc_errors,
               row_remap, retired_pages, pcie_link, temperature, clock_events, recovery, fabric, fabricmanager, xid,
               fallen_off_bus, sxid, nvlink, nvlink_errors, infiniband, dcgm_diag, nccl_busbw, kernel_module, cdi_spec,
-              ecc_rate, row_remap_rate, infiniband_rate, xid_repeat, nccl_baseline, dcgm_baseline, settle]
+              dcgm_exporter, ecc_rate, row_remap_rate, infiniband_rate, xid_repeat, nccl_baseline, dcgm_baseline,
+              settle]
   fail_on_unhealthy:
     description:
       - Fail the task when any check fails. The result still carries every check.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     cdi_spec,
+    dcgm_exporter,
     kernel_modules,
     node_verdict,
     nvlink_counts,
@@ -53,6 +54,7 @@ CHECKS = (
     "nccl_busbw",
     "kernel_module",
     "cdi_spec",
+    "dcgm_exporter",
 )
 STATUSES = ("pass", "warn", "fail", "skip")
 STATUS_RANK = {"skip": 0, "pass": 1, "warn": 2, "fail": 3}  # worst last
@@ -803,7 +805,8 @@ def evaluate(inputs, options=None):
     for sources asked for at this level that could not be read (tool missing, timed out, failed),
     which turns their checks into failures with that reason: the verdict fails closed. ``nvswitch``:
     the node's NVSwitch devices (None when unknown). Sources:
-    ``smi kernel nvlink_status nvlink_errors infiniband fabricmanager dcgm nccl kernel_modules cdi``.
+    ``smi kernel nvlink_status nvlink_errors infiniband fabricmanager dcgm nccl kernel_modules cdi``, and
+    ``dcgm_exporter`` (dcgm_exporter.read).
 
     ``options``: ``expected_gpu_count``, ``expected_gpu_model``,
     ``expected_driver_version``, ``expected_ib_ports`` (``mlx5_0`` or
@@ -931,6 +934,12 @@ def evaluate(inputs, options=None):
         checks.extend(not_read(("cdi_spec",), "cdi", "CDI specification not read"))
     else:
         checks.extend(_check("cdi_spec", status, detail) for status, detail in cdi_spec.findings(inputs["cdi"], smi))
+
+    if inputs.get("dcgm_exporter") is None:
+        checks.extend(not_read(("dcgm_exporter",), "dcgm_exporter", "DCGM Exporter not read"))
+    else:
+        found = dcgm_exporter.findings(inputs["dcgm_exporter"], gpus)
+        checks.extend(_check("dcgm_exporter", status, detail) for status, detail in found)
 
     if skip:
         kept = [check for check in checks if check["name"] not in skip]

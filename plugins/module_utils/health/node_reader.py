@@ -41,6 +41,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import 
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     cdi_spec,
     dcgm_diag,
+    dcgm_exporter,
     gate_needs,
     infiniband,
     kernel_log,
@@ -148,6 +149,7 @@ class NodeReader:
         inputs["nccl"] = self.nccl(offline, smi)
         inputs["kernel_modules"] = self.kernel_modules(offline)
         inputs["cdi"] = self.cdi(offline)
+        inputs["dcgm_exporter"] = self.dcgm_exporter(offline)
         inputs["unavailable"] = self.unavailable
         inputs["failed"] = self.failed
         return inputs
@@ -383,6 +385,21 @@ class NodeReader:
         if "cdi_spec" in self.skip:
             return None
         return cdi_spec.read(self.root)
+
+    # --- the DCGM Exporter's endpoint (one GET on 127.0.0.1) --------------------------------------
+    def dcgm_exporter(self, offline):
+        if offline:
+            self.unavailable["dcgm_exporter"] = "offline triage: the node's DCGM Exporter is not asked"
+            return None
+        if "dcgm_exporter" in self.skip:
+            return None
+        reading = dcgm_exporter.read(self.root)
+        if not reading["installed"]:
+            self.unavailable["dcgm_exporter"] = (
+                "no DCGM Exporter on this node (nvidia-dcgm-exporter.service is not installed): not part of its stack"
+            )
+            return None
+        return reading
 
     # --- the NVIDIA module of each installed kernel -----------------------------------------------
     def kernel_modules(self, offline):
