@@ -80,5 +80,10 @@ build: venv ## ansible-galaxy collection build into build/
 docs: venv ## render every plugin's documentation
 	tests/tooling/render-docs.sh
 
+.PHONY: matrix-gap
+matrix-gap: venv ## what a repository index holds that the matrix lacks: INDEX=<path> [MATRIX= JSON= FAIL_ON_GAP=1]
+	@[ -n "$(INDEX)" ] || { echo "make matrix-gap: give INDEX=<path> (an apt Packages file, a repository directory with repodata/, a primary.xml, or saved apt-cache madison/policy or dnf repoquery output)" >&2; exit 2; }
+	$(BIN)/python tools/matrix_gap.py "$(INDEX)" $(if $(MATRIX),--matrix "$(MATRIX)") $(if $(JSON),--json "$(JSON)") $(if $(FAIL_ON_GAP),--fail-on-gap)
+
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build tests/output .pytest_cache .ruff_cache
