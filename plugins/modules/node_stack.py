@@ -7,12 +7,12 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: node_stack
-short_description: Blacklist nouveau and pin the NVIDIA stack in one remote execution
+short_description: Blacklist nouveau, pin the NVIDIA stack and configure its DCGM Exporter in one remote execution
 version_added: 0.2.0
 description:
   - Runs the work of M(gpuops.cluster.modprobe_blacklist) and M(gpuops.cluster.package_pin) in one Python process on
-    the node, in that order.
-  - The C(nvidia_stack) role calls this module, one remote execution instead of two.
+    the node, in that order, then writes the DCGM Exporter's systemd drop-in (O(dcgm_exporter)).
+  - The C(nvidia_stack) role calls this module, one remote execution instead of three.
 author:
   - gpuops.cluster maintainers (@gpuops)
 options:
@@ -21,6 +21,19 @@ options:
     type: dict
   package_pin:
     description: The options of M(gpuops.cluster.package_pin).
+    type: dict
+  dcgm_exporter:
+    description:
+      - Write C(/etc/systemd/system/nvidia-dcgm-exporter.service.d/gpuops.conf) (0644, root) for the packaged
+        C(nvidia-dcgm-exporter.service), replacing its C(ExecStart) with
+        C(/usr/bin/dcgm-exporter -f <collectors> -a :<port> -r <hostengine>) and, with a host engine,
+        C(PartOf=nvidia-dcgm.service) (a restart or stop of the host engine restarts or stops the exporter) and
+        C(After=nvidia-dcgm.service); C(Restart=on-failure).
+      - "Keys: C(port) (int, default 9400), C(collectors) (an absolute path, default
+        C(/etc/dcgm-exporter/default-counters.csv)), C(hostengine) (C(host:port), default C(localhost:5555); empty:
+        the exporter embeds its own host engine, no C(-r), no C(PartOf)), C(path), C(state) (V(present) or
+        V(absent)), C(root)."
+      - Reload systemd and restart the exporter when the part changed (the C(nvidia_stack) role's handler does).
     type: dict
 extends_documentation_fragment:
   - gpuops.cluster.attributes
@@ -66,10 +79,14 @@ failed_part:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.module_parts import part_options, run_parts
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import modprobe_blacklist, package_pin
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
+    dcgm_exporter_dropin,
+    modprobe_blacklist,
+    package_pin,
+)
 
 # The parts, in the order they run.
-PARTS = {"modprobe_blacklist": modprobe_blacklist, "package_pin": package_pin}
+PARTS = {"modprobe_blacklist": modprobe_blacklist, "package_pin": package_pin, "dcgm_exporter": dcgm_exporter_dropin}
 
 
 def main():

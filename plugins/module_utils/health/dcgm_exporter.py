@@ -29,7 +29,7 @@ UNIT_PATHS = (
     "/lib/systemd/system/nvidia-dcgm-exporter.service",
     "/etc/systemd/system/nvidia-dcgm-exporter.service",
 )
-# The nvidia_stack role's drop-in (roles/nvidia_stack/vars/main.yml __nvidia_stack_dcgm_exporter_dropin).
+# The drop-in the nvidia_stack role writes (module_utils/stack/dcgm_exporter_dropin.py PATH; a test keeps them equal).
 DROPIN = "/etc/systemd/system/nvidia-dcgm-exporter.service.d/gpuops.conf"
 DEFAULT_PORT = 9400  # dcgm-exporter -a default ":9400" (pkg/cmd/app.go)
 TIMEOUT = 10

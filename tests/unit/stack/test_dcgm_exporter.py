@@ -7,13 +7,19 @@ import copy
 import datetime
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import dcgm_exporter, package_index
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import dcgm_exporter as health_exporter
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
+    dcgm_exporter,
+    dcgm_exporter_dropin,
+    package_index,
+)
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import (
     StackMatrix,
     default_matrix,
     schema_errors,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_resolver import resolve, violations
+from ansible_collections.gpuops.cluster.plugins.modules import node_stack
 
 TODAY = datetime.date(2026, 12, 2)
 # NVIDIA/dcgm-exporter tags (hack/VERSION NEW_DCGM_VERSION / NEW_EXPORTER_VERSION at each).
@@ -169,3 +175,67 @@ def test_a_matrix_without_pairs_still_loads_and_installs_no_exporter():
 def test_module_constants_name_the_real_package_and_unit():
     assert dcgm_exporter.PACKAGE == "datacenter-gpu-manager-exporter"
     assert dcgm_exporter.SERVICE == "nvidia-dcgm-exporter"
+
+
+# --- the drop-in (node_stack part dcgm_exporter) -----------------------------------------------------------------
+
+
+def test_the_dropin_binds_the_exporter_to_the_host_engine():
+    text = dcgm_exporter_dropin.render(9400, "/etc/dcgm-exporter/default-counters.csv", "localhost:5555")
+    lines = text.splitlines()
+    assert lines[2:] == [
+        "[Unit]",
+        "PartOf=nvidia-dcgm.service",
+        "After=nvidia-dcgm.service",
+        "",
+        "[Service]",
+        "ExecStart=",
+        "ExecStart=/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv -a :9400 -r localhost:5555",
+        "Restart=on-failure",
+        "RestartSec=5",
+    ]
+    # the health check reads the port the drop-in gives, at the path the drop-in is written
+    assert health_exporter.port_from_unit(text) == 9400
+    assert health_exporter.DROPIN == dcgm_exporter_dropin.PATH
+
+
+def test_without_a_host_engine_the_exporter_embeds_its_own():
+    text = dcgm_exporter_dropin.render(9500, "/etc/x.csv", "")
+    assert "PartOf" not in text
+    assert "ExecStart=/usr/bin/dcgm-exporter -f /etc/x.csv -a :9500\n" in text
+
+
+@pytest.mark.parametrize(
+    ("port", "collectors", "hostengine", "said"),
+    [
+        (0, "/etc/x.csv", "localhost:5555", "port 0"),
+        (70000, "/etc/x.csv", "", "port 70000"),
+        (9400, "etc/x.csv", "", "collectors"),
+        (9400, "/etc/x y.csv", "", "collectors"),
+        (9400, "/etc/x.csv", "localhost", "hostengine"),
+    ],
+)
+def test_the_dropin_refuses_bad_values(port, collectors, hostengine, said):
+    with pytest.raises(ValueError, match=said):
+        dcgm_exporter_dropin.render(port, collectors, hostengine)
+
+
+def test_node_stack_writes_the_dropin_once(run_module, tmp_path):
+    options = {"dcgm_exporter": {"port": 9401, "root": str(tmp_path)}}
+    path = tmp_path / dcgm_exporter_dropin.PATH.lstrip("/")
+    checked = run_module(node_stack.main, options, check=True)
+    assert checked["changed_parts"] == ["dcgm_exporter"]
+    assert not path.exists()
+    first = run_module(node_stack.main, options, diff=True)
+    assert first["changed_parts"] == ["dcgm_exporter"]
+    assert "-a :9401 -r localhost:5555" in path.read_text()
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+    assert first["diff"][0]["after_header"] == str(path)
+    again = run_module(node_stack.main, options)
+    assert again["changed_parts"] == []
+
+
+def test_node_stack_refuses_a_bad_port_and_writes_nothing(run_module, tmp_path):
+    with pytest.raises(Exception, match="port 0"):
+        run_module(node_stack.main, {"dcgm_exporter": {"port": 0, "root": str(tmp_path)}})
+    assert not (tmp_path / "etc").exists()
