@@ -57,7 +57,7 @@ class LookupModule(LookupBase):
                 "gpuops.cluster.health_options takes no terms and only exclude, got %r %s" % (terms, unknown)
             )
         variables = variables or {}
-        wanted = {health_options.PREFIX + option for option in health_options.OPTIONS}
+        wanted = {health_options.variable(option) for option in health_options.OPTIONS}
         values = {name: plain(self._templar.template(variables[name])) for name in wanted if name in variables}
         try:
             return [health_options.health_options(values, kwargs.get("exclude") or [])]

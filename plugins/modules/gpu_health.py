@@ -30,6 +30,10 @@ description:
     else 9400) and a 10 s timeout. Every GPU nvidia-smi lists must have a C(DCGM_FI_*) series, or the C(dcgm_exporter)
     check fails; an exporter that does not answer (refused, timed out, an HTTP error) fails with the fix. Skipped
     where the exporter is not installed and in offline triage.
+  - Judges GPUDirect RDMA where the node has RDMA HCAs (InfiniBand or RoCE, C(/sys/class/infiniband)), from sysfs
+    and C(/proc) alone. The path it has (DMA-BUF or C(nvidia-peermem), see O(gpudirect_rdma)) goes into the facts
+    (C(facts.gpudirect_rdma)); the C(gpudirect_rdma) check fails with the fix where the path chosen cannot serve
+    (C(nvidia-peermem) not loaded, or without the OFED peer-memory symbols it needs). Skipped without HCAs.
   - O(level=standard) adds C(dcgmi diag -r 1); O(level=extended) runs C(dcgmi diag -r 2) and C(all_reduce_perf)
     against a bus-bandwidth threshold.
   - The verdict fails closed. At the level asked for, a missing tool (no C(dcgmi), no C(all_reduce_perf)), a run
@@ -139,6 +143,18 @@ options:
     description:
       - Minimum rate of each checked InfiniBand port in Gb/s (C(400) for NDR, C(200) for HDR).
     type: int
+  gpudirect_rdma:
+    description:
+      - The GPUDirect RDMA path a node with RDMA HCAs must have. V(auto) takes DMA-BUF where NVIDIA's prerequisites
+        hold (the open kernel modules loaded, Linux 5.12 or later), else C(nvidia-peermem) where the running
+        kernel has the MLNX_OFED/DOCA-OFED peer-memory symbols (C(ib_register_peer_memory_client) in
+        C(/proc/kallsyms)), and fails where neither serves. V(peermem) and V(dmabuf) require that path; V(none)
+        checks nothing. A node without HCAs needs none whatever the setting.
+      - The playbooks, the rolling upgrade's gate and C(gpuops-gpu-health) take it from C(gpuops_gpudirect_rdma),
+        the setting the nvidia_stack role loads C(nvidia-peermem) by.
+    type: str
+    choices: [auto, peermem, dmabuf, none]
+    default: auto
   expected_nvlinks:
     description:
       - NVLink links every GPU must have active. Default is the GPU model's count (6 V100 SXM2, 12 A100 SXM4,
@@ -285,7 +301,8 @@ options:
     choices: [nvidia_smi, gpu_count, gpu_model, driver_version, persistence_mode, mig_mode, ecc_mode, ecc_errors,
               row_remap, retired_pages, pcie_link, temperature, clock_events, recovery, fabric, fabricmanager, xid,
               fallen_off_bus, sxid, nvlink, nvlink_errors, infiniband, dcgm_diag, nccl_busbw, kernel_module, cdi_spec,
-              dcgm_exporter, ecc_rate, row_remap_rate, infiniband_rate, xid_repeat, nccl_baseline, dcgm_baseline,
+              dcgm_exporter, gpudirect_rdma,
+              ecc_rate, row_remap_rate, infiniband_rate, xid_repeat, nccl_baseline, dcgm_baseline,
               settle]
   fail_on_unhealthy:
     description:
@@ -530,6 +547,7 @@ def argument_spec():
         expected_ib_port_count=dict(type="int"),
         expected_ib_rate=dict(type="int"),
         expected_nvlinks=dict(type="int"),
+        gpudirect_rdma=dict(type="str", default="auto", choices=["auto", "peermem", "dmabuf", "none"]),
         expected_pcie_width=dict(type="int"),
         expected_pcie_gen=dict(type="int"),
         pcie_baseline=dict(type="dict", default={}),
@@ -677,6 +695,7 @@ def main():
         "pcie_baseline": params["pcie_baseline"],
         "thresholds": params["thresholds"] or {},
         "skip_checks": params["skip_checks"],
+        "gpudirect_rdma": params["gpudirect_rdma"],
     }
     try:
         verdict = health_checks.evaluate(inputs, options)

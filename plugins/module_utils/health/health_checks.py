@@ -19,6 +19,7 @@ from __future__ import annotations
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     cdi_spec,
     dcgm_exporter,
+    gpudirect_rdma,
     kernel_modules,
     node_verdict,
     nvlink_counts,
@@ -55,6 +56,7 @@ CHECKS = (
     "kernel_module",
     "cdi_spec",
     "dcgm_exporter",
+    "gpudirect_rdma",
 )
 STATUSES = ("pass", "warn", "fail", "skip")
 STATUS_RANK = {"skip": 0, "pass": 1, "warn": 2, "fail": 3}  # worst last
@@ -812,7 +814,8 @@ def evaluate(inputs, options=None):
     ``expected_driver_version``, ``expected_ib_ports`` (``mlx5_0`` or
     ``mlx5_0:1``), ``expected_ib_port_count``, ``expected_ib_rate`` (Gb/s), ``expected_nvlinks``,
     ``expected_pcie_width``, ``expected_pcie_gen``, ``pcie_baseline``, ``thresholds`` (see
-    ``thresholds.TABLE``), ``skip_checks``.
+    ``thresholds.TABLE``), ``skip_checks``, ``gpudirect_rdma`` (the setting, one of ``gpudirect_rdma.SETTINGS``,
+    judged against ``inputs['gpudirect_rdma']``, gpudirect_rdma.read; its path goes into the facts).
     """
     options = options or {}
     limits = thresholds.limits(options.get("thresholds"))
@@ -941,6 +944,16 @@ def evaluate(inputs, options=None):
         found = dcgm_exporter.findings(inputs["dcgm_exporter"], gpus)
         checks.extend(_check("dcgm_exporter", status, detail) for status, detail in found)
 
+    # GPUDirect RDMA: which path the node has (DMA-BUF, nvidia-peermem, none needed), in the facts too
+    rdma_path = None
+    if inputs.get("gpudirect_rdma") is None:
+        checks.extend(not_read(("gpudirect_rdma",), "gpudirect_rdma", "GPUDirect RDMA not read"))
+    else:
+        setting = options.get("gpudirect_rdma") or gpudirect_rdma.DEFAULT_SETTING
+        decision = gpudirect_rdma.decide(inputs["gpudirect_rdma"], setting)
+        rdma_path = {key: decision[key] for key in ("path", "setting", "status")}
+        checks.extend(_check("gpudirect_rdma", status, detail) for status, detail in gpudirect_rdma.findings(decision))
+
     if skip:
         kept = [check for check in checks if check["name"] not in skip]
         checks = kept + skipped(sorted(skip & set(CHECKS)), "skipped by skip_checks")
@@ -949,7 +962,7 @@ def evaluate(inputs, options=None):
         "healthy": not any(check["status"] == "fail" for check in checks),
         "checks": checks,
         "actions": node_verdict.actions(checks, gpus),
-        "facts": _facts(smi, kernel),
+        "facts": dict(_facts(smi, kernel), gpudirect_rdma=rdma_path),
         "summary": _summary(checks),
     }
 

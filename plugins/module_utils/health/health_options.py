@@ -12,6 +12,9 @@ node command keeps its own kernel-log cursor).
 from __future__ import annotations
 
 PREFIX = "gpuops_health_"
+# Options whose setting is not gpuops_health_<option>: a setting the health check shares with a role.
+# gpudirect_rdma: the nvidia_stack role loads nvidia-peermem by it, the health check judges the node by it.
+VARIABLES = {"gpudirect_rdma": "gpuops_gpudirect_rdma"}
 # gpu_health options an operator sets for the fleet, a group or a host (the level and fail_on_unhealthy belong to
 # each caller).
 OPTIONS = (
@@ -35,7 +38,13 @@ OPTIONS = (
     "kernel_log",
     "infiniband_root",
     "settle_timeout",
+    "gpudirect_rdma",
 )
+
+
+def variable(option) -> str:
+    """The variable an option comes from: ``gpuops_health_<option>``, or the one :data:`VARIABLES` names."""
+    return VARIABLES.get(option, PREFIX + option)
 
 
 def health_options(variables, exclude=()) -> dict:
@@ -48,7 +57,7 @@ def health_options(variables, exclude=()) -> dict:
     if unknown:
         raise ValueError("exclude names %s, not health options; known: %s" % (", ".join(unknown), ", ".join(OPTIONS)))
     return {
-        option: variables[PREFIX + option]
+        option: variables[variable(option)]
         for option in OPTIONS
-        if option not in exclude and variables.get(PREFIX + option) is not None
+        if option not in exclude and variables.get(variable(option)) is not None
     }

@@ -52,6 +52,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner impo
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value, under
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     error_rates,
+    gpudirect_rdma,
     health_checks,
     health_state,
     kernel_log,
@@ -89,6 +90,7 @@ CONFIG_DEFAULTS = {
     "expected_ib_port_count": (None, int),
     "expected_ib_rate": (None, int),
     "expected_nvlinks": (None, int),
+    "gpudirect_rdma": (gpudirect_rdma.DEFAULT_SETTING, gpudirect_rdma.SETTINGS),
     "expected_pcie_width": (None, int),
     "expected_pcie_gen": (None, int),
     "pcie_baseline": ({}, dict),
@@ -323,7 +325,7 @@ def evaluate_options(config):
     keys = (
         "expected_gpu_count", "expected_gpu_model", "expected_driver_version", "expected_ib_ports",
         "expected_ib_port_count", "expected_ib_rate", "expected_nvlinks", "expected_pcie_width", "expected_pcie_gen",
-        "pcie_baseline", "thresholds", "skip_checks",
+        "pcie_baseline", "thresholds", "skip_checks", "gpudirect_rdma",
     )  # fmt: skip
     return {key: config[key] for key in keys}
 

@@ -43,6 +43,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     dcgm_diag,
     dcgm_exporter,
     gate_needs,
+    gpudirect_rdma,
     infiniband,
     kernel_log,
     kernel_modules,
@@ -150,6 +151,7 @@ class NodeReader:
         inputs["kernel_modules"] = self.kernel_modules(offline)
         inputs["cdi"] = self.cdi(offline)
         inputs["dcgm_exporter"] = self.dcgm_exporter(offline)
+        inputs["gpudirect_rdma"] = self.gpudirect_rdma(offline)
         inputs["unavailable"] = self.unavailable
         inputs["failed"] = self.failed
         return inputs
@@ -400,6 +402,15 @@ class NodeReader:
             )
             return None
         return reading
+
+    # --- GPUDirect RDMA: the HCAs, nvidia-peermem and what serves it (sysfs and /proc, no command) ------
+    def gpudirect_rdma(self, offline):
+        if offline:
+            self.unavailable["gpudirect_rdma"] = "offline triage: the node's GPUDirect RDMA path is not read"
+            return None
+        if "gpudirect_rdma" in self.skip:
+            return None
+        return gpudirect_rdma.read(self.root)
 
     # --- the NVIDIA module of each installed kernel -----------------------------------------------
     def kernel_modules(self, offline):

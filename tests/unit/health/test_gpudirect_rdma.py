@@ -7,9 +7,17 @@ The node is a fake /sys and /proc tree under ``tmp_path``; the /proc/kallsyms li
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.health import gpudirect_rdma
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
+    gpudirect_rdma,
+    health_checks,
+    health_options,
+    node_command,
+    node_reader,
+)
+from ansible_collections.gpuops.cluster.plugins.modules import gpu_health
 
 from .conftest import FIXTURES
+from .test_node_reader import StandIn
 
 OPEN = (FIXTURES / "stack/proc_version_open.txt").read_text()
 PROPRIETARY = (FIXTURES / "stack/proc_version_proprietary.txt").read_text()
@@ -191,3 +199,69 @@ def test_none_checks_nothing(tmp_path):
 def test_an_unknown_setting_is_refused():
     with pytest.raises(ValueError, match="gpuops_gpudirect_rdma must be one of auto, peermem, dmabuf, none"):
         gpudirect_rdma.decide({"hcas": []}, "on")
+
+
+# --- the gpudirect_rdma check: the evaluator, the reader, the node command -------------------------------------
+def rdma_checks(verdict):
+    return [check for check in verdict["checks"] if check["name"] == "gpudirect_rdma"]
+
+
+def test_the_check_reports_the_path_in_the_facts_and_passes(tmp_path):
+    verdict = health_checks.evaluate({"gpudirect_rdma": make_node(tmp_path, kallsyms=INBOX_KALLSYMS)})
+    assert verdict["facts"]["gpudirect_rdma"] == {"path": "dmabuf", "setting": "auto", "status": "pass"}
+    (check,) = rdma_checks(verdict)
+    assert check["status"] == "pass"
+    assert check["detail"].startswith("DMA-BUF (open kernel modules 550.127.08")
+
+
+def test_the_check_fails_the_node_with_the_fix_where_the_chosen_path_cannot_serve(tmp_path):
+    reading = make_node(tmp_path, kallsyms=INBOX_KALLSYMS)
+    verdict = health_checks.evaluate({"gpudirect_rdma": reading}, {"gpudirect_rdma": "peermem"})
+    assert not verdict["healthy"]
+    assert verdict["facts"]["gpudirect_rdma"] == {"path": "peermem", "setting": "peermem", "status": "fail"}
+    (check,) = rdma_checks(verdict)
+    assert check["status"] == "fail"
+    assert "'Invalid argument'; fix: install MLNX_OFED or DOCA-OFED" in check["detail"]
+
+
+def test_a_node_without_hcas_skips_the_check(tmp_path):
+    verdict = health_checks.evaluate({"gpudirect_rdma": make_node(tmp_path, hcas=())}, {"gpudirect_rdma": "peermem"})
+    (check,) = rdma_checks(verdict)
+    assert check["status"] == "skip"
+    assert verdict["facts"]["gpudirect_rdma"]["path"] == "none"
+
+
+def test_not_read_skips_and_an_unknown_setting_is_refused(tmp_path):
+    verdict = health_checks.evaluate({"unavailable": {"gpudirect_rdma": "offline triage"}})
+    assert [(c["status"], c["detail"]) for c in rdma_checks(verdict)] == [("skip", "offline triage")]
+    assert verdict["facts"]["gpudirect_rdma"] is None
+    with pytest.raises(ValueError, match="gpuops_gpudirect_rdma must be one of"):
+        health_checks.evaluate({"gpudirect_rdma": make_node(tmp_path)}, {"gpudirect_rdma": "yes"})
+
+
+def test_the_reader_reads_files_only_at_quick_and_nothing_offline_or_skipped(tmp_path):
+    make_node(tmp_path, peermem=True)
+    module = StandIn(bins=())
+    reading = node_reader.NodeReader(module, root=str(tmp_path)).gpudirect_rdma(offline=False)
+    assert reading["peermem_loaded"] is True
+    assert reading["hcas"] == [{"device": "mlx5_0", "link_layers": ["InfiniBand"]}]
+    assert module.calls == []
+    offline = node_reader.NodeReader(StandIn(), root=str(tmp_path))
+    assert offline.gpudirect_rdma(offline=True) is None
+    assert "gpudirect_rdma" in offline.unavailable
+    skipping = node_reader.NodeReader(StandIn(skip_checks=["gpudirect_rdma"]), root=str(tmp_path))
+    assert skipping.gpudirect_rdma(offline=False) is None
+
+
+def test_the_setting_reaches_the_module_the_gate_and_the_node_command(tmp_path):
+    assert health_options.health_options({"gpuops_gpudirect_rdma": "peermem"}, ["settle_timeout"]) == {
+        "gpudirect_rdma": "peermem"
+    }
+    assert gpu_health.argument_spec()["gpudirect_rdma"]["choices"] == list(gpudirect_rdma.SETTINGS)
+    path = tmp_path / "gpu-health.json"
+    path.write_text('{"gpudirect_rdma": "dmabuf"}')
+    config = node_command.load_config(str(path))
+    assert node_command.evaluate_options(config)["gpudirect_rdma"] == "dmabuf"
+    path.write_text('{"gpudirect_rdma": "on"}')
+    with pytest.raises(node_command.ConfigError, match="gpudirect_rdma"):
+        node_command.load_config(str(path))

@@ -18,7 +18,7 @@ def test_every_option_is_a_gpu_health_option_and_a_registered_setting():
     known = variable_registry.load_known_variables()["gpuops_"]
     for option in health_options.OPTIONS:
         assert option in spec, option
-        assert health_options.PREFIX + option in known, option
+        assert health_options.variable(option) in known, option
 
 
 def test_the_node_command_takes_every_option_but_those_its_role_leaves_out():
@@ -98,9 +98,9 @@ def test_each_documented_default_is_the_modules_and_the_node_commands():
     entries = registry["gpuops_variables"]
     spec = gpu_health.argument_spec()
     documented = {
-        option: entries[health_options.PREFIX + option]["default"]
+        option: entries[health_options.variable(option)]["default"]
         for option in health_options.OPTIONS
-        if "default" in entries[health_options.PREFIX + option]
+        if "default" in entries[health_options.variable(option)]
     }
     assert set(documented) >= {"expected_nvlinks", "expected_pcie_width", "expected_pcie_gen", "pcie_baseline"}
     for option, default in documented.items():
