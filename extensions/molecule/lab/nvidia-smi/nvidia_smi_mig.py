@@ -493,8 +493,8 @@ def list_gpu_instances(gpus: list[dict]) -> str:
     for gpu in chosen:
         by_name = _by_name(gpu)
         # smallest profile first, then by id, as the guide's listings show them
-        listed = sorted(instances.get(str(gpu["slot"]), []), key=lambda gi: (by_name[gi["profile"]]["memory"], gi["id"]))
-        for gi in listed:
+        existing = instances.get(str(gpu["slot"]), [])
+        for gi in sorted(existing, key=lambda gi: (by_name[gi["profile"]]["memory"], gi["id"])):
             profile = by_name[gi["profile"]]
             rows += [
                 f"|{gpu['index']:>4}  MIG {gi['profile']:<16}{profile['id']:>2}{gi['id']:>9}{gi['start']:>11}:"
