@@ -101,6 +101,17 @@ def _memlock_limit(value, _values):
     return "set unlimited or a number of kB greater than 0"
 
 
+def _tcp_port(value, _values):
+    return None if 1 <= int(value) <= 65535 else "set a TCP port, 1 to 65535"
+
+
+def _absolute_path(value, _values):
+    text = str(value)
+    if text.startswith("/") and not any(char.isspace() for char in text):
+        return None
+    return "set an absolute path on the node, without spaces"
+
+
 def _url_problem(url, values, allow_empty=True):
     text = str(url or "").strip()
     if not text:
@@ -222,6 +233,8 @@ FORMATS = {
     "kernel_arguments": _kernel_arguments,
     "counts_per_numa_node": _counts_per_numa_node,
     "memlock_limit": _memlock_limit,
+    "tcp_port": _tcp_port,
+    "absolute_path": _absolute_path,
     "repository_url": _repository_url,
     "repositories": _repositories,
     "argv": _argv,

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import copy
 import datetime
+from pathlib import Path
 
 import pytest
+import yaml
+from ansible_collections.gpuops.cluster.plugins.module_utils import variable_values
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import dcgm_exporter as health_exporter
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
     dcgm_exporter,
@@ -22,6 +25,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_resolve
 from ansible_collections.gpuops.cluster.plugins.modules import node_stack
 
 TODAY = datetime.date(2026, 12, 2)
+ROOT = Path(__file__).resolve().parents[3]
 # NVIDIA/dcgm-exporter tags (hack/VERSION NEW_DCGM_VERSION / NEW_EXPORTER_VERSION at each).
 TAGGED_PAIRS = {"4.1.1": "4.0.4", "4.5.1": "4.8.0", "4.5.2": "4.8.1", "4.5.3": "4.8.2"}
 
@@ -239,3 +243,22 @@ def test_node_stack_refuses_a_bad_port_and_writes_nothing(run_module, tmp_path):
     with pytest.raises(Exception, match="port 0"):
         run_module(node_stack.main, {"dcgm_exporter": {"port": 0, "root": str(tmp_path)}})
     assert not (tmp_path / "etc").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "refused"),
+    [
+        ("gpuops_dcgm_exporter_port", 9400, False),
+        ("gpuops_dcgm_exporter_port", 0, True),
+        ("gpuops_dcgm_exporter_port", 70000, True),
+        ("gpuops_dcgm_exporter_collectors", "/etc/dcgm-exporter/dcp-metrics-included.csv", False),
+        ("gpuops_dcgm_exporter_collectors", "dcp-metrics-included.csv", True),
+        ("gpuops_dcgm_exporter_collectors", "/etc/dcgm exporter.csv", True),
+    ],
+)
+def test_the_validation_play_refuses_a_bad_port_or_collectors_file(name, value, refused):
+    """Refused by the validation play, before any host changes (the drop-in's renderer refuses them too)."""
+    registry = yaml.safe_load((ROOT / "playbooks/vars/gpuops_variables.yml").read_text(encoding="utf-8"))
+    spec = {key: registry["gpuops_variables"][name][key] for key in ("type", "min", "format")
+            if key in registry["gpuops_variables"][name]}  # fmt: skip
+    assert bool(variable_values.check(name, value, spec)) is refused
