@@ -16,7 +16,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
     fleet_nodes,
     run_journal,
     upgrade_record,
-    window_plan,
+    window_preview,
 )
 
 PREFIX = "gpuops.cluster."
@@ -26,10 +26,10 @@ def upgrade_window(hosts, settings=None, slurm=None, canary=None, now=None, main
     """The window's nodes and its preview for the plan-only run, with ``lines`` describing it for the operator."""
     try:
         nodes = fleet_nodes.window_nodes(list(hosts), slurm, canary or (), maintenance or None)
-        preview = window_plan.plan(nodes, settings or {}, time.time() if now is None else now)
+        preview = window_preview.plan(nodes, settings or {}, time.time() if now is None else now)
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError("%supgrade_window: %s" % (PREFIX, exc)) from exc
-    preview["lines"] = window_plan.describe(preview)
+    preview["lines"] = window_preview.describe(preview)
     preview["nodes"] = nodes
     by_scheduler = {host.get("scheduler_name") or host.get("host"): host.get("host") for host in hosts}
     preview["unavailable_reasons"] = {

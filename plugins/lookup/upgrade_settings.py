@@ -15,7 +15,7 @@ description:
   - A value set is converted to the type C(playbooks/vars/gpuops_variables.yml) declares for it, as the validation play
     checks it; C(-e gpuops_upgrade_plan_only=true) (a string on the command line) is the bool V(true).
   - The defaults are written once, in C(plugins/module_utils/upgrade/upgrade_settings.py) (the window's are the
-    planner's, C(window_plan.py)); C(playbooks/vars/gpuops_variables.yml) documents each under C(default). The role
+    planner's, C(window_input.py)); C(playbooks/vars/gpuops_variables.yml) documents each under C(default). The role
     gpuops.cluster.rolling_upgrade reads its settings from this lookup only. Only these variables are templated.
   - "The settings: C(drain), C(drain_poll_interval), C(on_drain_timeout), C(on_failure), C(gate_level),
     C(canary_gate_level), C(canary_soak_seconds), C(reason_prefix), C(kubernetes_delegate), C(stop_services),

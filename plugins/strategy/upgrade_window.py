@@ -10,7 +10,7 @@ version_added: 0.2.0
 description:
   - The strategy of the rolling upgrade's window play. It runs hosts like the C(free) strategy, each at its own pace,
     and holds every host at its C(gpuops.cluster.upgrade_slot) task (C(state=acquired)) until the window (the planner
-    C(module_utils/upgrade/window_plan.py)) admits it, within these rules; at most C(max_unavailable) nodes out of
+    C(module_utils/upgrade/window.py)) admits it, within these rules; at most C(max_unavailable) nodes out of
     service, at most C(per_domain) per rack or NVLink domain, every Slurm partition above its floor, the canary first
     and alone, nothing new after the first failure, and a busy node only when its job ends (Slurm's EndTime) within
     C(max_job_wait); until then it keeps running, in service.
@@ -20,7 +20,7 @@ description:
     (V(idle), V(busy), V(drained_by_others), V(down), V(reserved)), C(job_end) (epoch seconds or null), C(canary),
     C(done); C(settings) the window's settings (C(max_unavailable), C(per_domain), C(partition_floor), C(spread_by),
     C(granularity), C(halt_on_failure), C(barrier), C(max_job_wait), C(drain_ahead);
-    C(module_utils/upgrade/window_plan.py)); and C(refresh), C(journal) and C(drain_ahead) as below (each optional). A
+    C(module_utils/upgrade/window_input.py)); and C(refresh), C(journal) and C(drain_ahead) as below (each optional). A
     window that cannot be built (the variable unset or wrong, a bad setting) admits no host; each passes its slot task
     not admitted, saying why."
   - When nothing is in flight and nothing else can start, the hosts still waiting for their jobs pass their slot task
@@ -78,9 +78,10 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
     fleet_refresh,
     run_journal,
     upgrade_settings,
-    window_plan,
+    window_input,
     window_slot,
 )
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window
 
 # Seconds a read of the fleet waits for a worker when nothing is in flight (the last workers are ending).
 FORK_WAIT = 5
@@ -293,7 +294,7 @@ class StrategyModule(FreeStrategyModule):
                 self._set_ahead(args.get("drain_ahead"))
                 if self._ahead is None and isinstance(settings, dict) and settings.get("drain_ahead"):
                     settings = dict(settings, drain_ahead=0)  # nowhere to drain ahead: the window drains none
-                self._window = window_plan.Window(nodes, settings, now)
+                self._window = Window(nodes, settings, now)
                 self._drained_ahead.update(self._window.drained_ahead)  # a crashed run's, from Slurm or its journal
                 self._set_refresh(args.get("refresh"), now)
                 self._slot_task = task
@@ -310,7 +311,7 @@ class StrategyModule(FreeStrategyModule):
                     )
             except ValueError as error:
                 self._broken = str(error)
-                self._window = window_plan.Window([], {}, now)
+                self._window = Window([], {}, now)
         window = self._window
         if self._schedule is None or not self._schedule.holds(now):
             self._take_admitted(window.admit(now), now)
@@ -635,7 +636,7 @@ class StrategyModule(FreeStrategyModule):
             reason_prefix=ahead.get("reason_prefix") or upgrade_settings.DEFAULTS["reason_prefix"],
         )
         if action == "drain":
-            args.update(state="drained", run_id=ahead["run_id"], reason=window_plan.DRAIN_AHEAD_REASON, wait=False)
+            args.update(state="drained", run_id=ahead["run_id"], reason=window_input.DRAIN_AHEAD_REASON, wait=False)
         else:
             args["state"] = "resumed"
         name = DRAIN_AHEAD_TASK if action == "drain" else UNDRAIN_TASK

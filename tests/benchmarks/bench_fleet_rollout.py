@@ -5,9 +5,9 @@
 Simulates 1,250 nodes of 8 GPUs in 40 racks and four Slurm partitions, with job
 durations from the Helios Venus trace (``shared/traces/helios_venus_gpu_jobs.csv``,
 ``GPUOPS_TRACES_DIR`` overrides the folder), and compares, same seed and same
-fleet: serial waves of 10% (the collection's wave_plan: a canary, then waves),
+fleet: serial waves of 10% (a canary, then waves: :func:`serial_batches`),
 a plain sliding window in random order, and the product: the strategy's own
-``window_plan.Window`` (admission, max_job_wait and deferral, drain ahead and
+``Window`` (admission, max_job_wait and deferral, drain ahead and
 its give-backs) and ``fleet_refresh.RefreshSchedule`` (when the fleet is read
 again), fed only what Slurm shows at each read (idle, or busy until EndTime =
 job start + time limit), for time limits 1x, 2x and 5x the jobs' real
@@ -15,7 +15,7 @@ durations and a 7-day partition maximum, with drain ahead on and off, and for a
 queue that refills a node at once. Prints makespan against a lower bound,
 GPU-hours lost, drained-idle GPU-hours, nodes deferred, drains ahead, reads of
 the fleet, stranded nodes (drained, no job, not upgrading), the rule violations
-that ``window_plan.check`` finds in each timeline (drains ahead included),
+that ``window_audit.check`` finds in each timeline (drains ahead included),
 whether the issue's goals are met, and how long planning 1,250 and 10,000 nodes
 takes. About 35 s of CPU.
 
@@ -42,7 +42,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / ".collections"))
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import fleet_refresh, wave_plan, window_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
+    fleet_refresh,
+    window_audit,
+    window_input,
+    window_preview,
+)
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window, order
 
 SEED = 20240611
 NODES = 1250
@@ -57,7 +63,7 @@ REPAIR_S = 4 * 3600  # a node whose gate failed is out of service that long, the
 DOWN, DRAINED_BY_OTHERS = 4, 3  # nodes out of service at t=0, never upgraded
 GOAL_MAKESPAN = 1.10  # issue 17, item 7: with only what Slurm knows
 GOAL_IDLE_FLOOR = 0.01  # drained-idle GPU-h at most 1 % of the floor (the sum of the upgrade steps)
-MAX_JOB_WAIT = window_plan.DEFAULT_MAX_JOB_WAIT
+MAX_JOB_WAIT = window_input.DEFAULT_MAX_JOB_WAIT
 REFRESH_S = 60  # gpuops_upgrade_refresh_interval's default
 READ_S = 2.0  # one read of the fleet (scontrol show nodes and squeue on 1,250 nodes, and its task)
 DRAIN_POLL_S = 10  # gpuops_upgrade_drain_poll_interval's default: the drain looks at the node's jobs that often
@@ -238,7 +244,7 @@ class Fleet:
             )
             self.fails[name] = node_rng.random() < FAIL_RATE
         self.upgradable = [name for name in self.names if self.state0[name] == "up"]
-        self.max_unavailable = wave_plan.size_of(MAX_UNAVAILABLE, size, "max_unavailable")
+        self.max_unavailable = window_input.size_of(MAX_UNAVAILABLE, size, "max_unavailable")
 
     def node_dicts(self, now=0.0):
         """The planner's view of the fleet at ``now``."""
@@ -296,13 +302,23 @@ class Result:
             self.timeline.append((name, drained_at, back))
 
 
+def serial_batches(names, max_unavailable, skip=()) -> list[list[str]]:
+    """The batches of Ansible's ``serial: [1, 1, max_unavailable]`` over the hosts not skipped, in inventory order:
+    a canary alone, one more host alone, then batches of ``max_unavailable`` (a count or ``"N%"`` of the whole
+    fleet, skipped hosts included, rounded as Ansible rounds ``serial``)."""
+    limit = window_input.size_of(max_unavailable, max(len(names), 1))
+    left_out = set(skip)
+    pending = [name for name in names if name not in left_out]
+    batches = [pending[:1], pending[1:2]] + [pending[start : start + limit] for start in range(2, len(pending), limit)]
+    return [batch for batch in batches if batch]
+
+
 def simulate_serial(fleet: Fleet) -> Result:
     """Ansible ``serial`` with the linear strategy: every task of a batch waits for every host of the batch."""
     result = Result("serial 10%")
-    batches = wave_plan.plan(fleet.names, [], [1, MAX_UNAVAILABLE], MAX_UNAVAILABLE, skip=fleet_unavailable(fleet))
+    batches = serial_batches(fleet.names, MAX_UNAVAILABLE, skip=fleet_unavailable(fleet))
     now = 0.0
-    for wave in batches["waves"]:
-        hosts = wave["hosts"]
+    for hosts in batches:
         free = {name: max(now + fleet.steps[name][0], fleet.jobs[name].free_at(now)) for name in hosts}
         install = max(free.values())
         reboot = max(install + fleet.steps[name][1] for name in hosts)
@@ -390,7 +406,7 @@ def window_settings():
 def simulate_product(
     durations, label, limit, drain_ahead, refresh_s=REFRESH_S, wait=MAX_JOB_WAIT, idle_share=IDLE_SHARE
 ) -> Result:
-    """The rolling upgrade as the strategy runs it, on what Slurm shows: ``window_plan.Window`` (the strategy's own
+    """The rolling upgrade as the strategy runs it, on what Slurm shows: ``Window`` (the strategy's own
     admission, drain-ahead and deferral code) and ``fleet_refresh.RefreshSchedule`` (when the strategy reads the
     fleet), fed only Slurm's view at each read: idle, or busy until EndTime = job start + ``limit(duration)``.
 
@@ -407,7 +423,7 @@ def simulate_product(
             seen[node["name"]] = jobs[node["name"]].view(0.0, limit)
             node["state"], node["job_end"] = seen[node["name"]]
         nodes0.append(node)
-    window = window_plan.Window(nodes0, settings, now=0)
+    window = Window(nodes0, settings, now=0)
     schedule = fleet_refresh.RefreshSchedule(refresh_s, 0.0)
     result = Result(label)
     result.nodes0, result.settings = nodes0, settings
@@ -572,7 +588,7 @@ def lower_bound(fleet: Fleet):
 
 
 def violations_by_rule(fleet, result):
-    found = window_plan.check(
+    found = window_audit.check(
         result.timeline,
         getattr(result, "nodes0", None) or fleet.node_dicts(0.0),
         getattr(result, "settings", None) or window_settings(),
@@ -609,13 +625,13 @@ def time_planning(size, repeat=3):
     timings = {"order": [], "plan": [], "loop": []}
     for _unused in range(repeat):
         start = time.perf_counter()
-        window_plan.order(nodes, 0)
+        order(nodes, 0)
         timings["order"].append(time.perf_counter() - start)
         start = time.perf_counter()
-        window_plan.plan(nodes, window_settings(), 0)
+        window_preview.plan(nodes, window_settings(), 0)
         timings["plan"].append(time.perf_counter() - start)
         start = time.perf_counter()
-        window = window_plan.Window(nodes, window_settings(), 0)
+        window = Window(nodes, window_settings(), 0)
         in_flight = list(window.admit(0))
         step = 0
         while in_flight:
@@ -674,10 +690,10 @@ def main():
         % (DRAIN_POLL_S, FAIL_RATE * 100, REPAIR_S / HOUR)
     )
     say(
-        "  serial = wave_plan waves [1, 10%%] (canary, then %d-node batches, inventory order), linear strategy: each"
+        "  serial = serial_batches [1, 1, 10%%] (canary, then %d-node batches, inventory order), linear strategy: each"
         " step waits for the batch's slowest host; random window = %d of its own nodes out, random order, blind to"
         " others' drains, domains, floors, no canary (both told the true job ends). ours = the product: the strategy's"
-        " own window_plan.Window (max_unavailable 10%%, per_domain rack %d, partition_floor %.2f, max_job_wait %d s,"
+        " own Window (max_unavailable 10%%, per_domain rack %d, partition_floor %.2f, max_job_wait %d s,"
         " drain_ahead %d, canary alone first) and fleet_refresh.RefreshSchedule (a read of the fleet after each"
         " release and every %d s while nodes wait, %.0f s each, admission waits for the read after a release), fed"
         " ONLY what Slurm shows at each read: idle, or busy until EndTime = job start + time limit, the limit %s of"

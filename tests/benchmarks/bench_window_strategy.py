@@ -58,7 +58,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / ".collections"))
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import wave_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_input
 
 PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "upgrade_window.yml"
 WINDOW_STRATEGY = "strategy: gpuops.cluster.upgrade_window"
@@ -121,7 +121,7 @@ def main() -> int:
     parser.add_argument("--profile", type=Path, help="write each controller's cProfile output to this folder")
     parser.add_argument("--only", choices=("free", "window"), help="run one side only")
     options = parser.parse_args()
-    forks = wave_plan.size_of(WINDOW, options.hosts, "max_unavailable")
+    forks = window_input.size_of(WINDOW, options.hosts, "max_unavailable")
     if options.profile is not None:
         options.profile.mkdir(parents=True, exist_ok=True)
     print("hosts %d, window %s = %d, forks %d; load average %s" % (options.hosts, WINDOW, forks, forks, load()))

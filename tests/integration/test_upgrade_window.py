@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import run_journal, window_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import run_journal, window_audit
 
 from tests.integration.playbook_run import REPO, run_playbook
 
@@ -101,7 +101,7 @@ def test_no_more_than_the_window_out_at_once(slow_node):
     nodes, (_unused, released), (_unused, waves) = slow_node
     for run in (released, waves):
         timeline = [(host, start, end) for host, (start, end) in spans(run).items()]
-        assert window_plan.check(timeline, nodes, {"max_unavailable": 2}) == []
+        assert window_audit.check(timeline, nodes, {"max_unavailable": 2}) == []
         assert most_out_at_once(run) == 2
 
 
@@ -129,7 +129,7 @@ def test_one_node_per_rack_two_racks_in_parallel(tmp_path):
     _unused, released = run_window(tmp_path, "racks", {name: {} for name in SIX}, nodes, settings)
     assert sorted(released) == SIX
     timeline = [(host, start, end) for host, (start, end) in spans(released).items()]
-    assert window_plan.check(timeline, nodes, settings) == []
+    assert window_audit.check(timeline, nodes, settings) == []
     # never two of one rack, but both racks at once
     assert most_out_at_once(released) == 2
 
@@ -214,7 +214,7 @@ def test_busy_nodes_wait_in_service_for_their_job_and_the_rest_goes_on(tmp_path)
     assert not any(slot["halted"] for slot in released.values())
     assert released["n6"]["admitted_at"] >= released["n5"]["released_at"]
     timeline = [(host, start, end) for host, (start, end) in spans(released).items()]
-    assert window_plan.check(timeline, nodes, settings) == []
+    assert window_audit.check(timeline, nodes, settings) == []
 
 
 # Fresh state: the window reads the fleet again during the run, from stand-in Slurm commands.
@@ -390,7 +390,7 @@ def test_a_run_killed_mid_way_is_continued_by_the_re_run_within_max_unavailable(
     back = {node: end for node, _start, end in rerun["timeline"]}
     timeline = [(node, start, end if end is not None else back[node]) for node, start, end in crashed["timeline"]]
     timeline += [(node, start, end) for node, start, end in rerun["timeline"] if node not in crashed["in_flight"]]
-    assert window_plan.check(timeline, nodes, settings) == []
+    assert window_audit.check(timeline, nodes, settings) == []
     assert most_out_at_once({node: {"admitted_at": s, "released_at": e} for node, s, e in timeline}) <= 2
 
 
@@ -431,7 +431,7 @@ def test_a_re_run_with_the_same_journal_path_continues_it_within_max_unavailable
     assert all(slot["ok"] for slot in released.values())
     assert oct(path.stat().st_mode & 0o777) == "0o600"  # not the writer's to change
     # one timeline for the operation: the nodes in flight at the crash are out until the re-run released them
-    assert window_plan.check(replayed["timeline"], nodes, settings) == []
+    assert window_audit.check(replayed["timeline"], nodes, settings) == []
 
 
 # Drain ahead: the busy nodes next in line drained in (stand-in) Slurm without a slot, first when their job ends.
@@ -627,4 +627,4 @@ def test_busy_nodes_next_in_line_are_drained_ahead_and_take_their_slot_when_thei
         elif e["event"] in ("undrain", "admit") and e["node"] in opened:
             ahead_spans.append((e["node"], opened.pop(e["node"]), e["at"]))
     # both from the journal (its times are rounded to the millisecond): a node's drain ahead ends as its slot starts
-    assert window_plan.check(replayed["timeline"], nodes, settings, ahead=ahead_spans) == []
+    assert window_audit.check(replayed["timeline"], nodes, settings, ahead=ahead_spans) == []

@@ -23,7 +23,7 @@ from the start and takes it first (``resume``). So is a node the survey found do
 target, or left out) that Slurm shows drained by us: it is not done while our drain holds it (a
 run lost its controller before giving it back), so it is resumed like the others, and given back
 only once its gate passed; it counts against ``max_unavailable`` until then. One drained ahead
-of its slot (our reason ends with ``window_plan.DRAIN_AHEAD_REASON``) still runs its job and
+of its slot (our reason ends with ``window_input.DRAIN_AHEAD_REASON``) still runs its job and
 held no slot: it starts drained ahead (``drained_ahead``), takes its slot first when its job
 ends. A node Slurm shows in service, with no drain of ours, has ``resume`` and ``drained_ahead``
 false: Slurm is the truth about it, whatever a previous run's journal says.
@@ -31,7 +31,7 @@ false: Slurm is the truth about it, whatever a previous run's journal says.
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_input
 
 SLURM_KEYS = ("state", "job_end", "partitions", "gpus")
 # Slurm state words of a node in a reservation (sinfo: RESERVED; a maintenance reservation: MAINT).
@@ -77,7 +77,7 @@ def unavailable_reasons(slurm) -> dict:
 
 
 def window_nodes(hosts, slurm=None, canary=(), maintenance=None) -> list[dict]:
-    """The ``nodes`` of :class:`window_plan.Window`, named by inventory host, in the order given.
+    """The ``nodes`` of :class:`window.Window`, named by inventory host, in the order given.
 
     ``maintenance``: the name of a Slurm reservation the operator set aside for the upgrade; its nodes
     are ``maintenance`` (out of users' service already: taken first) instead of ``reserved``.
@@ -126,7 +126,7 @@ def window_nodes(hosts, slurm=None, canary=(), maintenance=None) -> list[dict]:
                 node["done"] = False
                 node["resume"] = True
             elif node.get("state") in ("idle", "busy") and found.get("owner") == "ours":
-                if str(found.get("reason") or "").endswith(window_plan.DRAIN_AHEAD_REASON):
+                if str(found.get("reason") or "").endswith(window_input.DRAIN_AHEAD_REASON):
                     node["drained_ahead"] = True
                 else:
                     node["resume"] = True

@@ -17,7 +17,7 @@ at most :data:`HOLD_LIMIT` seconds: the next node is chosen on the fresh view, n
 drained for a job that started since the last read.
 
 :func:`observations` turns what ``gpuops.cluster.slurm_fleet`` returned into the
-nodes of :meth:`window_plan.Window.observe`, named by inventory host, with the
+nodes of :meth:`window.Window.observe`, named by inventory host, with the
 reasons of nodes out of service or reserved (``fleet_nodes``' rules, as the plan).
 """
 
@@ -100,7 +100,7 @@ class RefreshSchedule:
 
 
 def observations(slurm_nodes, scheduler_names: dict) -> tuple[list[dict], dict]:
-    """``(nodes, reasons)`` for :meth:`window_plan.Window.observe` from ``slurm_fleet``'s ``nodes``.
+    """``(nodes, reasons)`` for :meth:`window.Window.observe` from ``slurm_fleet``'s ``nodes``.
 
     ``scheduler_names`` maps each inventory host to its Slurm node name. A node in a
     reservation is ``reserved``; a drain of ours leaves the node ``idle`` or ``busy``

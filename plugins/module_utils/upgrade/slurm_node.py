@@ -19,7 +19,7 @@ GPUs in it). The version comes from the output's ``meta`` (:func:`slurm_meta`), 
 error names it. Decides whether a drain is ours (the reason starts with our prefix, such
 as ``gpuops-upgrade[<run id>]: ``) and builds ``scontrol`` argv lists.
 
-For the sliding window (:mod:`window_plan`), reads the running jobs and their end times
+For the sliding window (:mod:`window`), reads the running jobs and their end times
 from ``squeue --json`` (:func:`parse_squeue_json`; the end is unknown for a job without a
 time limit) or from ``squeue`` text (:func:`squeue_argv`, :func:`parse_squeue`), with Slurm
 hostlists expanded by :func:`expand_hostlist`, and classifies the fleet (:func:`survey`).
@@ -644,7 +644,7 @@ def survey(nodes_info: dict, job_ends: dict, names, prefix: str) -> list[dict]:
     """The nodes ``names`` as the window planner reads them, in the order given, each once.
 
     ``nodes_info`` is :func:`parse_nodes_json`'s ``nodes``, ``job_ends`` :func:`job_ends`'s.
-    Each node is ``{name, partitions, gpus, state, job_end}`` (the :mod:`window_plan` fields
+    Each node is ``{name, partitions, gpus, state, job_end}`` (the :mod:`window_input` fields
     Slurm knows; the caller adds ``domains``, ``canary`` and ``done``) and, for the report,
     ``slurm_state`` (``idle+drain``), ``reason``, ``owner`` (of the drain: ``none``,
     ``ours`` or ``other``) and ``reservation`` (its name, where Slurm gives it). ``state`` is:

@@ -18,7 +18,7 @@ No I/O here: the playbook reads and writes the file, these functions compute its
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import kubernetes_node, window_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import kubernetes_node, window_audit
 
 SCHEMA = 1
 HISTORY_LENGTH = 10
@@ -248,7 +248,7 @@ def report(
 ) -> dict:
     """The audit report of a run: plan, per node before/after, timings, gate verdicts, what halted.
 
-    ``plan`` is the window's preview (``window_plan.plan``); ``window`` the window's nodes and
+    ``plan`` is the window's preview (``window_preview.plan``); ``window`` the window's nodes and
     settings (``{nodes, settings}``), to check the run's timeline against every rule; ``slots``
     the strategy's record of each host's slot (``{host: {admitted_at, released_at, ...}}``);
     ``journal`` the run's journal replayed (``run_journal.replay``): when given, the window's
@@ -318,7 +318,7 @@ def report(
     if timeline:
         window_report["makespan"] = round(max(end for _h, _s, end in timeline) - min(s for _h, s, _e in timeline), 3)
     if window and (timeline or ahead):
-        window_report["violations"] = window_plan.check(
+        window_report["violations"] = window_audit.check(
             timeline, window.get("nodes") or [], window.get("settings"), ahead=ahead
         )
     refreshes = refresh_summary(

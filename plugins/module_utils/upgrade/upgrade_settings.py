@@ -5,7 +5,7 @@
 Each ``gpuops_upgrade_<name>`` setting that has a default has it in :data:`DEFAULTS`, and nowhere else:
 the role gpuops.cluster.rolling_upgrade reads its settings in one value, :func:`settings` (through the
 lookup gpuops.cluster.upgrade_settings); the window's defaults are the planner's own
-(``window_plan.DEFAULTS``), the drain reason's prefix the drain adapter's. The registry
+(``window_input.DEFAULTS``), the drain reason's prefix the drain adapter's. The registry
 playbooks/vars/gpuops_variables.yml documents each default under ``default`` and the unit tests keep
 the two equal.
 
@@ -40,8 +40,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils import variable_val
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
     drain_adapter,
     node_record,
-    wave_plan,
-    window_plan,
+    window_input,
 )
 
 PREFIX = "gpuops_upgrade_"
@@ -61,12 +60,12 @@ DEFAULTS = {
     "stop_services": ["nvidia-dcgm", "nvidia-fabricmanager", "nvidia-persistenced"],
     "domains": {},
     # run settings (read on the controller); the window's are the planner's
-    "max_unavailable": window_plan.DEFAULTS["max_unavailable"],
-    "per_domain": window_plan.DEFAULTS["per_domain"],
-    "partition_floor": window_plan.DEFAULTS["partition_floor"],
-    "barrier": window_plan.DEFAULTS["barrier"],
-    "max_job_wait": window_plan.DEFAULTS["max_job_wait"],
-    "drain_ahead": window_plan.DEFAULTS["drain_ahead"],
+    "max_unavailable": window_input.DEFAULTS["max_unavailable"],
+    "per_domain": window_input.DEFAULTS["per_domain"],
+    "partition_floor": window_input.DEFAULTS["partition_floor"],
+    "barrier": window_input.DEFAULTS["barrier"],
+    "max_job_wait": window_input.DEFAULTS["max_job_wait"],
+    "drain_ahead": window_input.DEFAULTS["drain_ahead"],
     "plan_only": False,
     "canary_group": DEFAULT_CANARY_GROUP,
     "refresh_interval": 60,
@@ -153,7 +152,7 @@ def problems(
     for name, key in WINDOW_SETTINGS.items():
         if name in settings:
             try:
-                window_plan.Settings({key: settings[name]})
+                window_input.Settings({key: settings[name]})
             except ValueError as exc:
                 found.append("gpuops_upgrade_%s: %s" % (name, exc))
     domains = settings.get("domains")
@@ -169,7 +168,7 @@ def problems(
         )
     if "max_unavailable" in settings:
         try:
-            wave_plan.size_of(settings["max_unavailable"], 100, "gpuops_upgrade_max_unavailable:")
+            window_input.size_of(settings["max_unavailable"], 100, "gpuops_upgrade_max_unavailable:")
         except ValueError as exc:
             found.append(str(exc))
     if groups is not None:
@@ -194,8 +193,8 @@ def run_problems(max_unavailable, fleet_size: int, forks=None, per_domain=None, 
     """
     found = []
     try:
-        window = wave_plan.size_of(
-            window_plan.DEFAULTS["max_unavailable"] if max_unavailable in (None, "") else max_unavailable,
+        window = window_input.size_of(
+            window_input.DEFAULTS["max_unavailable"] if max_unavailable in (None, "") else max_unavailable,
             max(int(fleet_size), 1),
             "max_unavailable",
         )
@@ -215,7 +214,7 @@ def run_problems(max_unavailable, fleet_size: int, forks=None, per_domain=None, 
                 % (
                     forks,
                     window,
-                    window_plan.DEFAULTS["max_unavailable"] if max_unavailable in (None, "") else max_unavailable,
+                    window_input.DEFAULTS["max_unavailable"] if max_unavailable in (None, "") else max_unavailable,
                     fleet_size,
                     window,
                     window,

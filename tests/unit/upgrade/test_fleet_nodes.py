@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import fleet_nodes, window_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import fleet_nodes, window_input, window_preview
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window
 from ansible_collections.gpuops.cluster.plugins.strategy import upgrade_window
 
 HOSTS = [
@@ -51,7 +52,7 @@ def test_nodes_carry_domains_canary_done_and_the_slurm_state_by_inventory_name()
         },
     ]
     # what the window takes as is
-    assert [node.name for node in window_plan.nodes_of(nodes)] == ["gpu01", "gpu02"]
+    assert [node.name for node in window_input.nodes_of(nodes)] == ["gpu01", "gpu02"]
 
 
 def test_slurm_is_the_truth_about_a_node_a_previous_journal_left_out():
@@ -68,14 +69,14 @@ def test_slurm_is_the_truth_about_a_node_a_previous_journal_left_out():
     plain = fleet_nodes.window_nodes([{"host": "gpu01"}])[0]
     assert upgrade_window.journal_says(plain, left, set())["resume"] is True
     assert upgrade_window.journal_says(plain, set(), {"gpu01"})["drained_ahead"] is True
-    window = window_plan.Window(list(said.values()), {"max_unavailable": 1})
+    window = Window(list(said.values()), {"max_unavailable": 1})
     assert window.resumed == ["gpu03"]
 
 
 def test_without_a_scheduler_every_node_is_idle_in_no_partition():
     nodes = fleet_nodes.window_nodes([{"host": "gpu01"}])
     assert nodes == [{"name": "gpu01", "domains": {}, "canary": False, "done": False}]
-    assert window_plan.nodes_of(nodes)[0].state == "idle"
+    assert window_input.nodes_of(nodes)[0].state == "idle"
 
 
 def test_a_node_slurm_does_not_report_is_an_error_naming_both_names():
@@ -124,7 +125,7 @@ def test_a_node_in_a_reservation_is_reserved_for_the_window_and_reported(slurm_s
     assert fleet_nodes.reserved_reasons(slurm) == {
         "node01": "in a Slurm reservation (%s): left alone, not upgraded" % slurm_state
     }
-    window = window_plan.Window(nodes, {"max_unavailable": 2})
+    window = Window(nodes, {"max_unavailable": 2})
     assert window.reserved == ["gpu01"]
     assert window.admit(0) == []
 
@@ -167,12 +168,12 @@ def test_the_maintenance_reservation_goes_first_and_other_reservations_are_left_
         "node02": "in a Slurm reservation training-q3 (mixed+reserved): left alone, not upgraded"
     }
     # out of users' service already: first, before the canary, without a slot of max_unavailable 1
-    preview = window_plan.plan(nodes, {"max_unavailable": 1}, now=0)
+    preview = window_preview.plan(nodes, {"max_unavailable": 1}, now=0)
     assert preview["maintenance"] == ["gpu01"]
     assert preview["resumed"] == []
     assert preview["first_window"] == ["gpu01"]
     assert preview["reserved"] == ["gpu02"]
-    assert any(line.startswith("first, in the maintenance reservation") for line in window_plan.describe(preview))
+    assert any(line.startswith("first, in the maintenance reservation") for line in window_preview.describe(preview))
 
 
 def test_without_a_maintenance_reservation_its_nodes_are_left_alone_like_any_reservation():

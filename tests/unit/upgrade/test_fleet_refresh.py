@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import fleet_refresh
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.fleet_refresh import RefreshSchedule
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_plan import Window
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window
 
 
 def node(name, rack="r1", state="idle", job_end=None, **extra):

@@ -8,8 +8,9 @@ import os
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter import upgrade
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import fleet_nodes, run_journal, window_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import fleet_nodes, run_journal, window_preview
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.run_journal import entry, replay
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window
 
 TARGET = 'gpu_nodes {"driver": "580"}'
 
@@ -215,7 +216,7 @@ def test_nodes_to_resume_count_as_out_and_go_first_whatever_the_rules():
     fleet[2]["resume"] = True
     fleet[3]["resume"] = True
     settings = {"max_unavailable": 2, "per_domain": {"rack": 1}}
-    window = window_plan.Window(fleet, settings, now=0)
+    window = Window(fleet, settings, now=0)
     assert window.resumed == ["c", "d"]
     assert window.remaining[:2] == ["c", "d"]
     assert "c" not in window.canaries
@@ -232,10 +233,10 @@ def test_nodes_to_resume_count_as_out_and_go_first_whatever_the_rules():
 
 def test_the_plan_says_which_nodes_it_resumes():
     fleet = [{"name": "a"}, {"name": "b", "resume": True}]
-    preview = window_plan.plan(fleet, {"max_unavailable": 1}, now=0)
+    preview = window_preview.plan(fleet, {"max_unavailable": 1}, now=0)
     assert preview["resumed"] == ["b"]
     assert preview["first_window"] == ["b"]
-    assert "resumed first, out of service already (left by an earlier run): b" in window_plan.describe(preview)
+    assert "resumed first, out of service already (left by an earlier run): b" in window_preview.describe(preview)
 
 
 def test_a_node_drained_by_us_is_resumed_even_when_the_survey_found_it_done():
@@ -258,7 +259,7 @@ def test_a_node_drained_by_us_is_resumed_even_when_the_survey_found_it_done():
     nodes = fleet_nodes.window_nodes(hosts, slurm)
     assert [node.get("resume", False) for node in nodes] == [True, True, False, False]
     assert [node["done"] for node in nodes] == [False, False, False, True]
-    window = window_plan.Window(nodes, {"max_unavailable": 2}, now=0)
+    window = Window(nodes, {"max_unavailable": 2}, now=0)
     assert window.resumed == ["gpu01", "gpu02"]
     assert window.skipped == ["gpu04"]
     assert window.admit(0) == ["gpu01", "gpu02"]

@@ -394,14 +394,14 @@ def test_survey_names_unknown_nodes(json_nodes):
         slurm_node.survey(json_nodes, {}, ["ru-node1", "zz9", "zz1"], PREFIX)
 
 
-def test_survey_nodes_are_window_plan_nodes(json_nodes):
+def test_survey_nodes_are_window_input_nodes(json_nodes):
     # the planner's fields, as the planner validates them
-    from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_plan
+    from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_input
 
     squeue = "4101|1796283600|ru-node1\n"
     fleet = slurm_node.survey(json_nodes, slurm_node.parse_squeue(squeue, NOW), sorted(json_nodes), PREFIX)
     planner_fields = ("name", "partitions", "gpus", "state", "job_end")
-    nodes = window_plan.nodes_of([{key: n[key] for key in planner_fields} for n in fleet])
+    nodes = window_input.nodes_of([{key: n[key] for key in planner_fields} for n in fleet])
     assert [(n.name, n.state, n.gpus, n.partitions) for n in nodes][:2] == [
         ("ru-node1", "busy", 4, ("gpu",)),
         ("ru-node2", "idle", 4, ("gpu",)),

@@ -9,7 +9,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from ansible_collections.gpuops.cluster.plugins.lookup.upgrade_settings import LookupModule
 from ansible_collections.gpuops.cluster.plugins.module_utils import host_validation, variable_registry, variable_values
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgrade_settings, window_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgrade_settings, window_input
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.upgrade_settings import canary_problems, problems
 
 SPECS = variable_registry.load_specs()
@@ -48,11 +48,11 @@ def test_the_registry_documents_each_default_as_written_in_python():
 
 
 def test_the_window_defaults_are_the_planners():
-    window = set(window_plan.SETTINGS) & set(upgrade_settings.DEFAULTS)
+    window = set(window_input.SETTINGS) & set(upgrade_settings.DEFAULTS)
     assert {name: upgrade_settings.DEFAULTS[name] for name in window} == {
-        name: window_plan.DEFAULTS[name] for name in window
+        name: window_input.DEFAULTS[name] for name in window
     }
-    assert window_plan.DEFAULTS["max_job_wait"] == 3600  # the one place the wait is written
+    assert window_input.DEFAULTS["max_job_wait"] == 3600  # the one place the wait is written
 
 
 def test_a_set_value_wins_and_null_takes_the_default():

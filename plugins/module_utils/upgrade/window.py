@@ -5,26 +5,14 @@
 Waves make every node of a wave wait for the slowest one. The window admits a
 node as soon as another one is back, within these rules:
 
-* A node is ``{name, domains, partitions, gpus, state, job_end, canary, done, resume, maintenance}``.
-  ``domains`` maps a kind of failure domain to the node's member
-  (``{"rack": "r01", "nvlink": "nvl72-5"}``), ``state`` is ``idle``, ``busy``
-  (``job_end``: when its running job ends, epoch seconds, Slurm's EndTime, or
-  None when not known), ``drained_by_others``, ``down`` or ``reserved`` (in a
-  Slurm reservation that is not ours: in service for its users, left alone,
-  never admitted, not counted out of service). ``done`` nodes (already on the
-  target) are skipped. ``resume`` nodes were left out of service by an
-  earlier run of ours that did not finish them (a controller crash: drained
-  by us, or admitted in its journal with no release): they count as out of
-  service from the start and are admitted first, whatever the rules (they are
-  out already; holding them back would keep them drained and idle).
-  ``maintenance`` nodes are in the Slurm reservation the operator set aside for
-  the upgrade: out of users' service already, they are taken like ``resume`` ones.
+* A node (:class:`window_input.Node`) is idle, busy until its job's end, drained by others, down or
+  reserved (left alone); done nodes are skipped, resume and maintenance ones taken first.
 * Out of service means: admitted by the window and not finished yet (draining,
   waiting for its job, upgrading), failed (left drained), drained by others, or
   down. Every rule counts every node out of service, whoever took it out;
   ``drained_by_others`` and ``down`` nodes are never admitted.
 * ``max_unavailable`` (a count, or ``"N%"`` of the whole fleet, done nodes
-  included, rounded like ``wave_plan.size_of``): never more nodes out of service.
+  included, rounded like :func:`window_input.size_of`): never more nodes out of service.
 * ``per_domain`` (``{"rack": 1, "nvlink": 1}``): never more nodes out of service
   in one member of that kind of domain. A node without that kind of domain is
   not limited by it.
@@ -85,273 +73,18 @@ node as soon as another one is back, within these rules:
 from __future__ import annotations
 
 import heapq
-from time import gmtime, strftime
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import wave_plan
-
-STATES = ("idle", "busy", "drained_by_others", "down", "reserved")
-ADMISSIBLE_STATES = ("idle", "busy")
-# Out of service whoever took them out: counted by every rule, never admitted.
-OUT_OF_SERVICE_STATES = ("drained_by_others", "down")
-# The longest a node's upgrade waits for its running job, by default: one hour. A node is drained only
-# when Slurm's EndTime of its job is at most this far off, so a slot is never held longer for a job
-# than about one node's upgrade takes (install, reboot, gate); a week-long training job keeps its
-# node, in service, until its last hour, and the rest of the fleet goes on meanwhile.
-DEFAULT_MAX_JOB_WAIT = 3600
-# The reason text (after our prefix and run id) of a drain ahead of the slot: a re-run after a crash knows the
-# node was drained ahead, not admitted.
-DRAIN_AHEAD_REASON = "drained ahead of its upgrade slot"
-SETTINGS = (
-    "max_unavailable",
-    "per_domain",
-    "partition_floor",
-    "spread_by",
-    "granularity",
-    "halt_on_failure",
-    "barrier",
-    "max_job_wait",
-    "drain_ahead",
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_input import (
+    ADMISSIBLE_STATES,
+    FLOOR_EPSILON,
+    OUT_OF_SERVICE_STATES,
+    STATES,
+    Node,
+    Settings,
+    job_wait_reason,
+    nodes_of,
+    ready,
 )
-DEFAULTS = {
-    "max_unavailable": "10%",
-    "per_domain": None,
-    "partition_floor": None,
-    "spread_by": "rack",
-    "granularity": 600,
-    "halt_on_failure": True,
-    "barrier": False,
-    "max_job_wait": DEFAULT_MAX_JOB_WAIT,
-    # Off by default: draining ahead shows nodes the run will not upgrade for hours as drained to users and to
-    # Slurm's backfill planning; an operator turns it on knowingly.
-    "drain_ahead": 0,
-}
-# Floating point slack for the partition floor (GPU counts are integers).
-_EPSILON = 1e-9
-
-
-class Node:
-    """One node of the fleet, validated."""
-
-    __slots__ = (
-        "canary",
-        "domains",
-        "done",
-        "drained_ahead",
-        "gpus",
-        "job_end",
-        "maintenance",
-        "name",
-        "partitions",
-        "resume",
-        "state",
-    )
-
-    def __init__(
-        self,
-        name,
-        domains=None,
-        partitions=(),
-        gpus=8,
-        state="idle",
-        job_end=None,
-        canary=False,
-        done=False,
-        resume=False,
-        drained_ahead=False,
-        maintenance=False,
-    ):
-        if not isinstance(name, str) or not name:
-            raise ValueError("node name %r is not a host name" % (name,))
-        if domains is None:
-            domains = {}
-        if not isinstance(domains, dict) or not all(
-            isinstance(kind, str) and isinstance(member, str) and kind and member for kind, member in domains.items()
-        ):
-            raise ValueError(
-                "node %s: domains must map a domain kind to the node's member, such as {'rack': 'r01'}, got %r"
-                % (name, domains)
-            )
-        if partitions is None:
-            partitions = ()
-        if isinstance(partitions, str) or not all(isinstance(part, str) and part for part in partitions):
-            raise ValueError("node %s: partitions must be a list of Slurm partition names, got %r" % (name, partitions))
-        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
-            raise ValueError("node %s: gpus must be a count of GPUs (0 or more), got %r" % (name, gpus))
-        if state not in STATES:
-            raise ValueError("node %s: state %r is not one of %s" % (name, state, ", ".join(STATES)))
-        if job_end is not None and (isinstance(job_end, bool) or not isinstance(job_end, (int, float))):
-            raise ValueError("node %s: job_end must be epoch seconds or None (unknown), got %r" % (name, job_end))
-        self.name = name
-        self.domains = dict(domains)
-        self.partitions = tuple(dict.fromkeys(partitions))
-        self.gpus = gpus
-        self.state = state
-        self.job_end = job_end if state == "busy" else None
-        self.canary = bool(canary)
-        self.done = bool(done)
-        # In the maintenance reservation the operator named for the upgrade: out of users' service already.
-        self.maintenance = bool(maintenance) and not self.done and state in ADMISSIBLE_STATES
-        # Out of service already, left by an earlier run of ours or set aside for the upgrade (maintenance): counted
-        # from the start, admitted first.
-        self.resume = (bool(resume) or self.maintenance) and not self.done and state in ADMISSIBLE_STATES
-        # Drained ahead of its slot by an earlier run of ours (Slurm's reason says so): waiting, not out of service.
-        self.drained_ahead = bool(drained_ahead) and not self.done and not self.resume and state in ADMISSIBLE_STATES
-
-    def __repr__(self):
-        return "Node(%r, state=%r)" % (self.name, self.state)
-
-
-def node_of(value) -> Node:
-    """A :class:`Node` from a Node or a dict of its fields."""
-    if isinstance(value, Node):
-        return value
-    if not isinstance(value, dict):
-        raise ValueError(
-            "a node must be a dict such as {'name': 'gpu001', 'domains': {'rack': 'r01'}}, got %r" % (value,)
-        )
-    unknown = sorted(set(value) - set(Node.__slots__))
-    if unknown:
-        raise ValueError(
-            "node %s: unknown field(s) %s; known: %s"
-            % (value.get("name"), ", ".join(unknown), ", ".join(sorted(Node.__slots__)))
-        )
-    return Node(**value)
-
-
-def nodes_of(values) -> list[Node]:
-    """Validated nodes, names unique."""
-    if values is None or isinstance(values, (str, dict)):
-        raise ValueError("nodes must be a list of nodes, got %r" % (values,))
-    nodes = [node_of(value) for value in values]
-    seen = set()
-    for node in nodes:
-        if node.name in seen:
-            raise ValueError("node %s is listed twice" % node.name)
-        seen.add(node.name)
-    return nodes
-
-
-class Settings:
-    """The window's settings, validated for a fleet of ``fleet_size`` nodes."""
-
-    __slots__ = SETTINGS
-
-    def __init__(self, raw=None, fleet_size=1):
-        raw = {} if raw is None else raw
-        if isinstance(raw, Settings):
-            raw = {key: getattr(raw, key) for key in SETTINGS}
-        if not isinstance(raw, dict):
-            raise ValueError("window settings must be a dict with keys among %s, got %r" % (", ".join(SETTINGS), raw))
-        unknown = sorted(set(raw) - set(SETTINGS))
-        if unknown:
-            raise ValueError(
-                "unknown window setting(s) %s; set only %s" % (", ".join(map(str, unknown)), ", ".join(SETTINGS))
-            )
-        values = dict(DEFAULTS)
-        values.update({key: value for key, value in raw.items() if value is not None})
-        self.max_unavailable = wave_plan.size_of(values["max_unavailable"], max(fleet_size, 1), "max_unavailable")
-
-        per_domain = values["per_domain"] or {}
-        if not isinstance(per_domain, dict):
-            raise ValueError(
-                "per_domain must map a domain kind to the most nodes out of service in one of its members, "
-                "such as {'rack': 1}, got %r" % (per_domain,)
-            )
-        self.per_domain = {}
-        for kind, given in per_domain.items():
-            limit = given
-            if not isinstance(kind, str) or not kind:
-                raise ValueError("per_domain has the key %r: set a domain kind such as 'rack'" % (kind,))
-            if isinstance(limit, str) and limit.strip().isdigit():
-                limit = int(limit)
-            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-                raise ValueError(
-                    "per_domain.%s is %r: set a positive integer, the most nodes of one %s out of service at once "
-                    "(such as 1)" % (kind, limit, kind)
-                )
-            self.per_domain[kind] = limit
-
-        floor = values["partition_floor"]
-        if floor is not None:
-            if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 < floor <= 1:
-                raise ValueError(
-                    "partition_floor is %r: set a fraction above 0 and at most 1, the least share of each "
-                    "partition's GPUs that stays schedulable (such as 0.85), or leave it unset for no floor" % (floor,)
-                )
-            floor = float(floor)
-        self.partition_floor = floor
-
-        spread_by = values["spread_by"]
-        if not isinstance(spread_by, str) or not spread_by:
-            raise ValueError(
-                "spread_by is %r: set the domain kind to spread admissions over, such as 'rack'" % (spread_by,)
-            )
-        self.spread_by = spread_by
-
-        granularity = values["granularity"]
-        if isinstance(granularity, bool) or not isinstance(granularity, (int, float)) or granularity <= 0:
-            raise ValueError(
-                "granularity is %r: set the seconds within which job ends count as equal, such as 600" % (granularity,)
-            )
-        self.granularity = granularity
-
-        halt = values["halt_on_failure"]
-        if not isinstance(halt, bool):
-            raise ValueError("halt_on_failure is %r: set true or false" % (halt,))
-        self.halt_on_failure = halt
-
-        barrier = values["barrier"]
-        if not isinstance(barrier, bool):
-            raise ValueError(
-                "barrier is %r: set true (waves: nothing starts until every node in flight is back) or false"
-                % (barrier,)
-            )
-        self.barrier = barrier
-
-        wait = values["max_job_wait"]
-        if isinstance(wait, str) and wait.strip().isdigit():
-            wait = int(wait)
-        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
-            raise ValueError(
-                "max_job_wait is %r: set the seconds a node's upgrade may wait for its running job (Slurm's "
-                "EndTime), such as 3600; 0 takes only nodes without jobs" % (wait,)
-            )
-        self.max_job_wait = wait
-
-        ahead = values["drain_ahead"]
-        if isinstance(ahead, str) and ahead.strip().isdigit():
-            ahead = int(ahead)
-        if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0:
-            raise ValueError(
-                "drain_ahead is %r: set how many busy nodes next in line may be drained ahead of their slot at "
-                "once, such as 4 (0: none)" % (ahead,)
-            )
-        self.drain_ahead = ahead
-
-    def as_dict(self) -> dict:
-        return {key: getattr(self, key) for key in SETTINGS}
-
-
-def ready(node: Node, now, max_job_wait) -> bool:
-    """Whether ``node`` may take a slot at ``now``: idle, or its job ends within ``max_job_wait`` seconds."""
-    if node.state == "idle":
-        return True
-    return node.state == "busy" and node.job_end is not None and node.job_end - now <= max_job_wait
-
-
-def _when(epoch) -> str:
-    return strftime("%Y-%m-%dT%H:%M:%SZ", gmtime(epoch))
-
-
-def job_wait_reason(node: Node, now, max_job_wait) -> str:
-    """Why a busy node does not take a slot now, in the operator's words."""
-    if node.job_end is None:
-        return "its job has no known end (no time limit in Slurm); it keeps running, in service"
-    return "its job ends at %s (EndTime, in %ds), beyond max_job_wait %ds; it keeps running, in service" % (
-        _when(node.job_end),
-        int(node.job_end - now),
-        int(max_job_wait),
-    )
 
 
 def _priority(node: Node, now, granularity) -> tuple:
@@ -521,7 +254,7 @@ class Window:
             gpus = 0 if counts is None and node.name in self._ahead else node.gpus
             for partition in node.partitions:
                 total = self._partition_gpus[partition]
-                if total - partition_out.get(partition, 0) - gpus < self._floor * total - _EPSILON:
+                if total - partition_out.get(partition, 0) - gpus < self._floor * total - FLOOR_EPSILON:
                     return ("partition", partition)
         return None
 
@@ -868,7 +601,7 @@ class Window:
                 continue
             if self._floor is not None and any(
                 self._partition_gpus[partition] - self._partition_out.get(partition, 0) - node.gpus
-                < self._floor * self._partition_gpus[partition] - _EPSILON
+                < self._floor * self._partition_gpus[partition] - FLOOR_EPSILON
                 for partition in node.partitions
             ):
                 continue
@@ -960,193 +693,3 @@ class Window:
         self._ahead_scan = True
         self._give_back(self.nodes[name])
         self._wake(self.nodes[name])
-
-
-def check(timeline, nodes, settings=None, ahead=()) -> list[dict]:
-    """Every rule broken by a timeline of ``(name, start, end)`` out-of-service intervals.
-
-    Intervals are half-open ``[start, end)``: a node back at ``t`` and another
-    leaving at ``t`` are not out together. Down and drained-by-others nodes of
-    ``nodes`` are out the whole time. ``ahead`` holds the ``(name, start, end)``
-    intervals of nodes drained ahead of their slot (until admitted or given back):
-    they count on the partition floor and against ``drain_ahead``, not against
-    ``max_unavailable`` or ``per_domain``. Returns ``[{time, rule, detail}]``, one
-    entry per interval start that leaves a rule broken.
-    """
-    fleet = {node.name: node for node in nodes_of(nodes)}
-    config = Settings(settings, len(fleet))
-    partition_gpus: dict = {}
-    for node in fleet.values():
-        for partition in node.partitions:
-            partition_gpus[partition] = partition_gpus.get(partition, 0) + node.gpus
-    events = []
-    for drained, entries in ((False, timeline), (True, ahead)):
-        for entry in entries:
-            name, start, end = entry
-            if name not in fleet:
-                raise ValueError("check: %s of the timeline is not a node of the fleet" % name)
-            if end < start:
-                raise ValueError("check: %s ends (%r) before it starts (%r)" % (name, end, start))
-            if end > start:
-                events.append((start, 1, name, drained))
-                events.append((end, 0, name, drained))
-    events.sort(key=lambda event: (event[0], event[1], event[2], event[3]))
-    ahead_now = 0
-
-    out = 0
-    domain_out: dict = {}
-    partition_out: dict = {}
-
-    def move(node, step):
-        for kind, member in node.domains.items():
-            if kind in config.per_domain:
-                domain_out[(kind, member)] = domain_out.get((kind, member), 0) + step
-        for partition in node.partitions:
-            partition_out[partition] = partition_out.get(partition, 0) + step * node.gpus
-
-    for node in fleet.values():
-        if node.state in OUT_OF_SERVICE_STATES:
-            out += 1
-            move(node, 1)
-    violations = []
-    for time, kind_of_event, name, drained in events:
-        node = fleet[name]
-        step = 1 if kind_of_event else -1
-        if drained:
-            ahead_now += step
-            for partition in node.partitions:
-                partition_out[partition] = partition_out.get(partition, 0) + step * node.gpus
-        else:
-            out += step
-            move(node, step)
-        if not kind_of_event:
-            continue
-        if drained:
-            if ahead_now > config.drain_ahead:
-                violations.append(
-                    {
-                        "time": time,
-                        "rule": "drain_ahead",
-                        "detail": "%d nodes drained ahead, drain_ahead %d (%s drained)"
-                        % (ahead_now, config.drain_ahead, name),
-                    }
-                )
-        elif out > config.max_unavailable:
-            violations.append(
-                {
-                    "time": time,
-                    "rule": "max_unavailable",
-                    "detail": "%d nodes out of service, max_unavailable %d (%s left)"
-                    % (out, config.max_unavailable, name),
-                }
-            )
-        for kind, member in () if drained else node.domains.items():
-            limit = config.per_domain.get(kind)
-            if limit is not None and domain_out[(kind, member)] > limit:
-                violations.append(
-                    {
-                        "time": time,
-                        "rule": "per_domain",
-                        "detail": "%d nodes of %s %s out of service, limit %d (%s left)"
-                        % (domain_out[(kind, member)], kind, member, limit, name),
-                    }
-                )
-        if config.partition_floor is not None:
-            for partition in node.partitions:
-                total = partition_gpus[partition]
-                left = total - partition_out[partition]
-                if left < config.partition_floor * total - _EPSILON:
-                    violations.append(
-                        {
-                            "time": time,
-                            "rule": "partition_floor",
-                            "detail": "partition %s keeps %d of %d GPUs schedulable, floor %g (%s left)"
-                            % (partition, left, total, config.partition_floor, name),
-                        }
-                    )
-    return violations
-
-
-def plan(nodes, settings=None, now=0) -> dict:
-    """A static preview of a window rollout, for a plan-only run.
-
-    Returns ``{fleet_size, settings, order, canary, first_window, after_canary,
-    skipped, unavailable, reserved, waiting_for_jobs, blocked}``: ``first_window`` is
-    what starts now, ``after_canary`` what would start once the canaries passed, if
-    nothing else changed; ``waiting_for_jobs`` the busy nodes whose job does not end
-    within ``max_job_wait`` now (name -> why). Raises ValueError for bad nodes or settings.
-    """
-    window = Window(nodes, settings, now)
-    preview = {
-        "fleet_size": len(window.nodes),
-        "settings": window.settings.as_dict(),
-        "order": window.remaining,
-        "canary": list(window.canaries),
-        "skipped": list(window.skipped),
-        "unavailable": list(window.unavailable),
-        "reserved": list(window.reserved),
-        "resumed": [name for name in window.resumed if not window.nodes[name].maintenance],
-        "maintenance": [name for name in window.resumed if window.nodes[name].maintenance],
-        "drained_ahead": window.drained_ahead,
-        "waiting_for_jobs": window.waiting_for_jobs(now),
-        "blocked": window.blocked,
-    }
-    first = window.admit(now)
-    preview["first_window"] = first
-    after = []
-    if first and window.canary_phase:
-        while window.canary_phase and window.in_flight:
-            for name in window.in_flight:
-                window.finish(name, True)
-            window.admit(now)
-        after = window.in_flight
-    preview["after_canary"] = after
-    return preview
-
-
-def describe(preview: dict) -> list[str]:
-    """Lines for the operator, from :func:`plan`."""
-    settings = preview["settings"]
-    rules = ["at most %d out of service" % settings["max_unavailable"]]
-    rules.extend("at most %d per %s" % (limit, kind) for kind, limit in sorted(settings["per_domain"].items()))
-    if settings["partition_floor"] is not None:
-        rules.append("every partition keeps %g of its GPUs" % settings["partition_floor"])
-    rules.append("a busy node waits for its job at most %ds" % settings["max_job_wait"])
-    if settings.get("drain_ahead"):
-        rules.append("at most %d busy node(s) drained ahead of their slot" % settings["drain_ahead"])
-    lines = [
-        "%d node(s) in the fleet, %s; %d to upgrade, %d already done, %d down or drained by others"
-        % (
-            preview["fleet_size"],
-            ", ".join(rules),
-            len(preview["order"]),
-            len(preview["skipped"]),
-            len(preview["unavailable"]),
-        )
-    ]
-    if preview.get("resumed"):
-        lines.append(
-            "resumed first, out of service already (left by an earlier run): %s" % ", ".join(preview["resumed"])
-        )
-    if preview.get("maintenance"):
-        lines.append(
-            "first, in the maintenance reservation set aside for the upgrade (out of users' service already): %s"
-            % ", ".join(preview["maintenance"])
-        )
-    if preview.get("drained_ahead"):
-        lines.append(
-            "drained ahead by an earlier run, first when their job ends: %s" % ", ".join(preview["drained_ahead"])
-        )
-    if preview["canary"]:
-        lines.append("canary, alone first: %s" % ", ".join(preview["canary"]))
-    lines.append("starts now: %s" % (", ".join(preview["first_window"]) or "nothing"))
-    if preview["after_canary"]:
-        lines.append("starts once the canary passed: %s" % ", ".join(preview["after_canary"]))
-    lines.append("order: %s" % (", ".join(preview["order"]) or "nothing to upgrade"))
-    for name, why in sorted(preview.get("waiting_for_jobs", {}).items()):
-        lines.append("waits for its job: %s (%s)" % (name, why))
-    for name in preview.get("reserved", []):
-        lines.append("left alone: %s (in a Slurm reservation that is not ours)" % name)
-    for name, why in sorted(preview["blocked"].items()):
-        lines.append("blocked: %s (%s)" % (name, why))
-    return lines

@@ -6,8 +6,10 @@ from __future__ import annotations
 import random
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_plan
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_plan import Window, check, plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_input, window_preview
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_audit import check
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_preview import plan
 
 DAY = 86400
 
@@ -29,12 +31,12 @@ def past_canary(window, now=0):
 @pytest.mark.parametrize("bad", [-1, True, "two", 1.5])
 def test_a_bad_drain_ahead_is_refused(bad):
     with pytest.raises(ValueError, match="drain_ahead is"):
-        window_plan.Settings({"drain_ahead": bad})
+        window_input.Settings({"drain_ahead": bad})
 
 
 def test_drain_ahead_is_off_by_default_and_takes_digits():
-    assert window_plan.Settings({}).drain_ahead == 0
-    assert window_plan.Settings({"drain_ahead": "3"}).drain_ahead == 3
+    assert window_input.Settings({}).drain_ahead == 0
+    assert window_input.Settings({"drain_ahead": "3"}).drain_ahead == 3
     fleet = [node("c", state="idle", canary=True)] + [node("b%d" % i) for i in range(4)]
     window = Window(fleet, {"max_unavailable": 2}, now=0)
     assert past_canary(window) == []
@@ -145,14 +147,14 @@ def test_a_node_drained_ahead_by_a_crashed_run_starts_drained_ahead():
     assert window.resumed == []
     preview = plan(fleet, {"max_unavailable": 2, "partition_floor": 0.5}, now=0)
     assert preview["drained_ahead"] == ["a"]
-    assert any("drained ahead by an earlier run" in line for line in window_plan.describe(preview))
+    assert any("drained ahead by an earlier run" in line for line in window_preview.describe(preview))
     # the canary phase: a node drained ahead whose job ends is given back, not left drained and idle
     window.update("a", "idle")
     (canary,) = window.admit(0)
     assert canary == "c"
     assert window.undrain_due() == ["a"]
     # a node drained ahead cannot be both resumed (admitted at once) and drained ahead
-    assert window_plan.Node("x", state="busy", job_end=1, resume=True, drained_ahead=True).drained_ahead is False
+    assert window_input.Node("x", state="busy", job_end=1, resume=True, drained_ahead=True).drained_ahead is False
 
 
 def test_check_counts_drains_ahead_on_the_floor_and_the_limit():

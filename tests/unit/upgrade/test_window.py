@@ -5,8 +5,10 @@ from __future__ import annotations
 import heapq
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_plan
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_plan import Window, check, order, plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_input, window_preview
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window, order
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_audit import check
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_preview import plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -64,14 +66,14 @@ def test_bad_settings_name_the_setting_and_what_to_set(raw, message):
 
 
 def test_settings_boundaries_that_are_accepted():
-    config = window_plan.Settings({"per_domain": {"rack": "2", "nvlink": 1}, "partition_floor": 1}, 40)
+    config = window_input.Settings({"per_domain": {"rack": "2", "nvlink": 1}, "partition_floor": 1}, 40)
     assert config.per_domain == {"rack": 2, "nvlink": 1}
     assert config.partition_floor == 1.0
     assert config.max_unavailable == 4  # default 10% of 40
-    assert window_plan.Settings({"max_unavailable": "10%"}, 5).max_unavailable == 1  # rounds down, at least one
-    assert window_plan.Settings({"max_unavailable": "10%"}, 19).max_unavailable == 1
-    assert window_plan.Settings({"max_unavailable": 7}, 3).max_unavailable == 7
-    assert window_plan.Settings({"partition_floor": None, "per_domain": None}, 3).per_domain == {}
+    assert window_input.Settings({"max_unavailable": "10%"}, 5).max_unavailable == 1  # rounds down, at least one
+    assert window_input.Settings({"max_unavailable": "10%"}, 19).max_unavailable == 1
+    assert window_input.Settings({"max_unavailable": 7}, 3).max_unavailable == 7
+    assert window_input.Settings({"partition_floor": None, "per_domain": None}, 3).per_domain == {}
 
 
 @pytest.mark.parametrize(
@@ -496,7 +498,7 @@ def test_plan_previews_the_order_and_the_first_windows():
     assert preview["blocked"] == {"r3n1": "per_domain rack 1: 1 node(s) of rack r3 already out of service"}
     assert preview["skipped"] == ["r1n1"]
     assert preview["unavailable"] == ["r3n2"]
-    lines = window_plan.describe(preview)
+    lines = window_preview.describe(preview)
     assert lines[0] == (
         "6 node(s) in the fleet, at most 3 out of service, at most 1 per rack, "
         "a busy node waits for its job at most 3600s; 4 to upgrade, 1 already done, 1 down or drained by others"
@@ -509,7 +511,7 @@ def test_plan_of_nothing_to_do():
     preview = plan([node("a", done=True)], {})
     assert preview["order"] == []
     assert preview["first_window"] == []
-    assert window_plan.describe(preview)[-1] == "order: nothing to upgrade"
+    assert window_preview.describe(preview)[-1] == "order: nothing to upgrade"
 
 
 # Properties: random fleets driven through an event loop.
@@ -555,7 +557,7 @@ def fleets(draw):
 
 def out_of_service_rules_hold(window, nodes, config):
     """Independent of the planner's bookkeeping: recount everything from the node list."""
-    limits = window_plan.Settings(config, len(nodes))
+    limits = window_input.Settings(config, len(nodes))
     out = [entry for entry in nodes if entry["state"] in ("down", "drained_by_others")]
     out += [entry for entry in nodes if entry["name"] in set(window.in_flight) | set(window.failed)]
     if window.in_flight:
@@ -620,7 +622,7 @@ def test_property_no_rule_broken_and_everything_done_or_blocked(case):
     assert set(window.done) | set(window.remaining) | set(window.deferred) == candidates
     assert set(window.done).isdisjoint(window.remaining)
     # a deferred node was busy, its job not ending within max_job_wait when the window ran dry
-    limits = window_plan.Settings(config, len(nodes))
+    limits = window_input.Settings(config, len(nodes))
     for name in window.deferred:
         entry = next(e for e in nodes if e["name"] == name)
         assert entry["state"] == "busy"
@@ -853,7 +855,7 @@ def test_reserved_nodes_are_left_alone_and_not_counted_out_of_service():
     assert check([("a", 0, 1), ("c", 1, 2)], fleet, {"max_unavailable": 1}) == []
     preview = plan(fleet, {"max_unavailable": 1})
     assert preview["reserved"] == ["b"]
-    assert "left alone: b (in a Slurm reservation that is not ours)" in window_plan.describe(preview)
+    assert "left alone: b (in a Slurm reservation that is not ours)" in window_preview.describe(preview)
 
 
 def test_plan_lists_the_nodes_waiting_for_their_jobs():
@@ -861,16 +863,16 @@ def test_plan_lists_the_nodes_waiting_for_their_jobs():
     preview = plan(fleet, {"max_unavailable": 2, "max_job_wait": 3600}, now=0)
     assert preview["settings"]["max_job_wait"] == 3600
     assert list(preview["waiting_for_jobs"]) == ["b"]
-    lines = window_plan.describe(preview)
+    lines = window_preview.describe(preview)
     assert any(line.startswith("waits for its job: b (its job ends at 1970-01-01T02:00:00Z") for line in lines)
 
 
 @pytest.mark.parametrize("wait", [-1, True, "1h", 1.5j])
 def test_bad_max_job_wait_is_refused(wait):
     with pytest.raises(ValueError, match="max_job_wait is"):
-        window_plan.Settings({"max_job_wait": wait})
+        window_input.Settings({"max_job_wait": wait})
 
 
 def test_max_job_wait_accepts_digits_and_defaults_to_an_hour():
-    assert window_plan.Settings({"max_job_wait": "600"}).max_job_wait == 600
-    assert window_plan.Settings({}).max_job_wait == window_plan.DEFAULT_MAX_JOB_WAIT == 3600
+    assert window_input.Settings({"max_job_wait": "600"}).max_job_wait == 600
+    assert window_input.Settings({}).max_job_wait == window_input.DEFAULT_MAX_JOB_WAIT == 3600

@@ -1,0 +1,96 @@
+# Copyright: contributors to gpuops.cluster
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The preview of a rolling upgrade, for a plan-only run: what the window would start, in which order.
+
+:func:`plan` runs the product's own :class:`window.Window` on the surveyed fleet without acting;
+:func:`describe` turns the preview into the lines the operator reads before anything moves.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window
+
+
+def plan(nodes, settings=None, now=0) -> dict:
+    """A static preview of a window rollout, for a plan-only run.
+
+    Returns ``{fleet_size, settings, order, canary, first_window, after_canary,
+    skipped, unavailable, reserved, waiting_for_jobs, blocked}``: ``first_window`` is
+    what starts now, ``after_canary`` what would start once the canaries passed, if
+    nothing else changed; ``waiting_for_jobs`` the busy nodes whose job does not end
+    within ``max_job_wait`` now (name -> why). Raises ValueError for bad nodes or settings.
+    """
+    window = Window(nodes, settings, now)
+    preview = {
+        "fleet_size": len(window.nodes),
+        "settings": window.settings.as_dict(),
+        "order": window.remaining,
+        "canary": list(window.canaries),
+        "skipped": list(window.skipped),
+        "unavailable": list(window.unavailable),
+        "reserved": list(window.reserved),
+        "resumed": [name for name in window.resumed if not window.nodes[name].maintenance],
+        "maintenance": [name for name in window.resumed if window.nodes[name].maintenance],
+        "drained_ahead": window.drained_ahead,
+        "waiting_for_jobs": window.waiting_for_jobs(now),
+        "blocked": window.blocked,
+    }
+    first = window.admit(now)
+    preview["first_window"] = first
+    after = []
+    if first and window.canary_phase:
+        while window.canary_phase and window.in_flight:
+            for name in window.in_flight:
+                window.finish(name, True)
+            window.admit(now)
+        after = window.in_flight
+    preview["after_canary"] = after
+    return preview
+
+
+def describe(preview: dict) -> list[str]:
+    """Lines for the operator, from :func:`plan`."""
+    settings = preview["settings"]
+    rules = ["at most %d out of service" % settings["max_unavailable"]]
+    rules.extend("at most %d per %s" % (limit, kind) for kind, limit in sorted(settings["per_domain"].items()))
+    if settings["partition_floor"] is not None:
+        rules.append("every partition keeps %g of its GPUs" % settings["partition_floor"])
+    rules.append("a busy node waits for its job at most %ds" % settings["max_job_wait"])
+    if settings.get("drain_ahead"):
+        rules.append("at most %d busy node(s) drained ahead of their slot" % settings["drain_ahead"])
+    lines = [
+        "%d node(s) in the fleet, %s; %d to upgrade, %d already done, %d down or drained by others"
+        % (
+            preview["fleet_size"],
+            ", ".join(rules),
+            len(preview["order"]),
+            len(preview["skipped"]),
+            len(preview["unavailable"]),
+        )
+    ]
+    if preview.get("resumed"):
+        lines.append(
+            "resumed first, out of service already (left by an earlier run): %s" % ", ".join(preview["resumed"])
+        )
+    if preview.get("maintenance"):
+        lines.append(
+            "first, in the maintenance reservation set aside for the upgrade (out of users' service already): %s"
+            % ", ".join(preview["maintenance"])
+        )
+    if preview.get("drained_ahead"):
+        lines.append(
+            "drained ahead by an earlier run, first when their job ends: %s" % ", ".join(preview["drained_ahead"])
+        )
+    if preview["canary"]:
+        lines.append("canary, alone first: %s" % ", ".join(preview["canary"]))
+    lines.append("starts now: %s" % (", ".join(preview["first_window"]) or "nothing"))
+    if preview["after_canary"]:
+        lines.append("starts once the canary passed: %s" % ", ".join(preview["after_canary"]))
+    lines.append("order: %s" % (", ".join(preview["order"]) or "nothing to upgrade"))
+    for name, why in sorted(preview.get("waiting_for_jobs", {}).items()):
+        lines.append("waits for its job: %s (%s)" % (name, why))
+    for name in preview.get("reserved", []):
+        lines.append("left alone: %s (in a Slurm reservation that is not ours)" % name)
+    for name, why in sorted(preview["blocked"].items()):
+        lines.append("blocked: %s (%s)" % (name, why))
+    return lines
