@@ -11,7 +11,8 @@ each match, so a later entry wins). A GPU no entry matches is left untouched. Fo
   destroyed before MIG is turned off; none exist after a reset that turns it on.
 * **instances** (MIG on and staying on): a current GPU instance whose profile and compute
   instances the layout asks for is kept; one whose profile matches and whose compute instances
-  are a part of the asked ones is kept and gets the missing compute instances; every other is
+  are a part of the asked ones is kept and gets the missing compute instances (when it has none
+  yet, or only 1-slice ones are missing, which always find a place); every other is
   destroyed (its compute instances first) and the missing ones are created, largest first (the
   MIG user guide: 3g.20gb must be created before smaller ones). When the new instances find no
   placement beside the kept ones (fragmentation), everything is destroyed and recreated, as
@@ -71,6 +72,8 @@ def _match(current, wanted):
                 continue
             for size in have:
                 missing.remove(size)
+            if have and any(size > 1 for size in missing):
+                continue  # a wider compute instance may find no placement beside the ones there: rebuild the GI
             part = (gi, missing)
             break
         if part is None:

@@ -99,6 +99,21 @@ def test_missing_compute_instances_are_added_to_the_kept_gpu_instance():
     ]
 
 
+def test_a_wider_compute_instance_beside_existing_ones_rebuilds_the_gpu_instance():
+    # 1c at slice 1 of a 3g.40gb would leave no start 0 for a 2c: the GPU instance is rebuilt instead.
+    current = [(1, "3g.40gb", 0, [1])]
+    (one,) = plan([gpu(instances=current)], [entry("all", **{"2c_3g_40gb": 1, "1c_3g_40gb": 1})])["gpus"]
+    assert [d["gpu_instance"] for d in one["destroy"]] == [1]
+    assert one["grow"] == []
+    assert one["create"][0]["compute_instances"] == [{"compute": 2, "profile_id": 1}, {"compute": 1, "profile_id": 0}]
+    # a GPU instance without compute instances (created without -C) gets them, whatever their size
+    (bare,) = plan([gpu(instances=[(1, "3g.40gb", 0, [])])], [entry("all", **{"2c_3g_40gb": 1, "1c_3g_40gb": 1})])[
+        "gpus"
+    ]
+    assert [g["gpu_instance"] for g in bare["grow"]] == [1]
+    assert bare["destroy"] == []
+
+
 def test_turning_mig_off_destroys_instances_first():
     (one,) = plan([gpu(instances=[(1, "7g.80gb", 0, [7])])], [entry("off")])["gpus"]
     assert one["destroy"] == [{"gpu_instance": 1, "profile": "7g.80gb", "compute_instances": [0]}]
