@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_layout, mig_plan, mig_profiles, mig_state
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import default_matrix
 
 REPO = Path(__file__).resolve().parents[3]
 SIM_DIR = REPO / "extensions" / "molecule" / "lab" / "nvidia-smi"
@@ -199,18 +200,21 @@ def test_simulated_profiles_are_the_matrix_ones(model, profile_set):
     assert simulated == {name: {k: v for k, v in p.items() if k != "name"} for name, p in recorded.items()}
 
 
-def test_a_layout_validation_accepts_is_one_the_simulator_creates(node, capsys):
+def test_validation_and_the_simulator_agree(node, capsys):
     enable(capsys, node)
-    layout = {"1g.20gb": 1, "1g.10gb": 6}
-    assert (
-        mig_layout.problems(
-            {"version": "v1", "mig-configs": {"c": [{"devices": "all", "mig-enabled": True, "mig-devices": layout}]}},
-            "c",
-            "h100-sxm",
-            None,
-            mig_profiles.default_profiles(),
-        )
-        == []
-    )
+
+    def problems(layout):
+        spec = {"version": "v1", "mig-configs": {"c": [{"devices": "all", "mig-enabled": True, "mig-devices": layout}]}}
+        return mig_layout.problems(spec, "c", "h100-sxm", default_matrix(), mig_profiles.default_profiles())
+
+    assert problems({"1g.20gb": 1, "1g.10gb": 6}) == []
     ok(capsys, "mig", "-cgi", "15,19,19,19,19,19,19", "-C")
     assert len(mig_state.parse_gpu_instances(ok(capsys, "mig", "-lgi"))) == 7
+    ok(capsys, "mig", "-dci")
+    ok(capsys, "mig", "-dgi")
+    refused = " / ".join(problems({"1g.20gb": 1, "1g.10gb": 7}))
+    assert "8 SM slices of 7" in refused
+    assert "9 memory slices of 8" in refused
+    code, out = smi(capsys, "mig", "-cgi", "15,19,19,19,19,19,19,19", "-C")
+    assert code == mig.EXIT_INSUFFICIENT_RESOURCES
+    assert out.splitlines()[-1] == "Failed to create GPU instances: Insufficient Resources"
