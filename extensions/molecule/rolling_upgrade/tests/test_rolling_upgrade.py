@@ -893,3 +893,41 @@ def test_the_gate_fails_closed_when_dcgmi_is_removed(no_dcgmi):
         assert not drained(state["slurm"][name])
     assert drained(state["slurm"][CANARY])
     assert state["slurm"][CANARY]["reason"].startswith(f"gpuops-upgrade[{audit['run_id']}]: failed")
+
+
+ALL_REDUCE_PERF = "/opt/nccl-tests/build/all_reduce_perf"
+
+
+@pytest.fixture(scope="module", name="no_nccl_tests")
+def fixture_no_nccl_tests(workdir, no_dcgmi):
+    """Case 9: nccl-tests' all_reduce_perf removed from the canary and from a node gated at standard; a plan-only run
+    (as the README writes it, a string) names the canary, whose extended gate runs it, and moves nothing."""
+    other = NODES[1]
+    for node in (CANARY, other):
+        sh(node, "mv", ALL_REDUCE_PERF, ALL_REDUCE_PERF + ".removed")
+    before = {n: installed(n) for n in NODES}
+    slurm_before = slurm_nodes()
+    try:
+        run, _audit, wall = upgrade(workdir, "no_nccl_tests", BRANCH, gpuops_upgrade_plan_only="true")
+        state = {"after": {n: installed(n) for n in NODES}, "slurm": slurm_nodes()}
+    finally:
+        for node in (CANARY, other):
+            sh(node, "mv", ALL_REDUCE_PERF + ".removed", ALL_REDUCE_PERF)
+    record("no_nccl_tests_plan_only_wall_s", wall)
+    return run, before, slurm_before, state
+
+
+def test_a_plan_only_run_names_the_canary_without_all_reduce_perf_and_moves_nothing(no_nccl_tests):
+    run, before, slurm_before, state = no_nccl_tests
+    assert run.rc != 0
+    plan = run.results_for(play="Plan the window", task="Print the plan before any node moves")[0].result["msg"]
+    named = [line for line in plan if line.startswith("gate would fail: ")]
+    assert len(named) == 1, plan
+    assert named[0].startswith(f"gate would fail: {CANARY} (a canary): all_reduce_perf not installed"), named
+    (stop,) = [r for r in run.failures if r.task.startswith("Stop when a node lacks a tool its gate runs")]
+    assert stop.result["msg"].startswith("The plan-only run found 1 node(s) whose health gate would fail")
+    assert NODES[1] not in stop.result["msg"]  # gated at standard, which runs no all_reduce_perf
+    assert run.results_for(play="Upgrade in a sliding window") == []
+    assert state["after"] == before
+    drains = {name: (drained(node), node["reason"]) for name, node in state["slurm"].items()}
+    assert drains == {name: (drained(node), node["reason"]) for name, node in slurm_before.items()}
