@@ -411,7 +411,8 @@ def read_index(module, manager, names, timeout):
         parse = package_index.parse_apt_madison
     else:
         tool = module.get_bin_path("dnf", required=True)
-        argv = [tool, "repoquery", "-q", "--showduplicates", "--qf", package_index.DNF_QUERY_FORMAT, *names]
+        dnf5 = os.path.basename(os.path.realpath(tool)).startswith("dnf5")
+        argv = package_index.dnf_repoquery_argv(tool, names, dnf5)
         parse = package_index.parse_dnf_repoquery
     out = read_bounded(module, argv, timeout, "read the package index")
     try:

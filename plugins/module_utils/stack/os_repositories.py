@@ -43,6 +43,11 @@ CRB_OTHER = re.compile(r"debug|source|eus|virt|rhui", re.I)
 # Fedora's epel-release package (EPEL's repository file and key) for a RHEL major release, which the nvidia_stack
 # role installs where nvidia_stack_epel_release_url names no mirror's copy (the source is cited above).
 EPEL_RELEASE_URL = "https://dl.fedoraproject.org/pub/epel/epel-release-latest-%s.noarch.rpm"
+# EPEL's signing key for that major release, which the role imports before it installs epel-release: dnf (and
+# Ansible's dnf module) checks a package given by URL against the keys rpm holds, and a node without EPEL has none of
+# EPEL's ("Failed to validate GPG signature for epel-release-..."). The URL where Fedora publishes it, as images that
+# import it before installing EPEL use it (percona-server's ps-8.0 Dockerfile: RPM-GPG-KEY-EPEL-9).
+EPEL_KEY_URL = "https://dl.fedoraproject.org/pub/epel/RPM-GPG-KEY-EPEL-%s"
 # EPEL's main repository; not its testing, debug or source repositories.
 EPEL_ID = re.compile(r"^epel(-\d+)?(-[a-z0-9_]+)?$", re.I)
 EPEL_OTHER = re.compile(r"(testing|debug|source|next|cisco)", re.I)
@@ -213,6 +218,7 @@ def _rhel(repos: dict[str, bool], major: str, arch: str) -> list[dict]:
                     "major": major,
                     "arch": arch,
                     "release_url": EPEL_RELEASE_URL % major,
+                    "key_url": EPEL_KEY_URL % major,
                 }
             )
     crb = sorted(rid for rid in repos if CRB_ID.search(rid) and not CRB_OTHER.search(rid))

@@ -34,12 +34,24 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.stack.nvidia_versio
 
 # dnf 4 ends each record itself and ignores a trailing "\n" in the format; dnf 5 needs it.
 DNF_QUERY_FORMAT = "%{name} %{epoch}:%{version}-%{release} %{repoid}\\n"
+# dnf 4 hides the packages of a module stream that is not enabled (modular filtering; dnf-plugins-core's repoquery
+# has --disable-modular-filtering to list them): NVIDIA's RHEL 8/9 driver packages are modular, so a node whose
+# stream is not enabled yet (a first install, a branch change) would find none. The role enables the resolved
+# stream before it installs. dnf 5 (RHEL 10, no NVIDIA streams) has no such option.
+DNF4_SHOW_MODULAR = "--disable-modular-filtering"
 # How many index versions a refusal lists.
 SHOWN_VERSIONS = 5
 
 
 class PackageIndexError(ValueError):
     """Index output that does not look like what the parser knows."""
+
+
+def dnf_repoquery_argv(dnf, names, dnf5=False):
+    """The one ``dnf repoquery`` call that lists every version of ``names`` in the node's repositories, the
+    packages of every module stream included on dnf 4 (``dnf``: the binary; ``dnf5``: it is dnf 5)."""
+    modular = [] if dnf5 else [DNF4_SHOW_MODULAR]
+    return [dnf, "repoquery", "-q", "--showduplicates", *modular, "--qf", DNF_QUERY_FORMAT, *names]
 
 
 def parse_apt_madison(text):

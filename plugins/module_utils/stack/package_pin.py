@@ -74,6 +74,21 @@ def read_apt(module):
     return pref_before, uu_before, apt_pinning.parse_showhold(out), apt_mark
 
 
+def read_installed_rpms(module, pins):
+    """``{name: {evr, ...}}`` of the installed packages the pins name (globs included): one ``rpm -qa`` call."""
+    patterns = sorted({name for pin in pins or [] for name in pin["names"]})
+    if not patterns or module.params["state"] != "present":
+        return {}
+    rpm = module.get_bin_path("rpm", required=True)
+    argv = [rpm, "-qa", "--qf", rpm_versionlock.RPM_QUERY_FORMAT, *patterns]
+    out, _err = run_checked(module, argv, "list the installed packages the pins name", FIX_HINT)
+    try:
+        return rpm_versionlock.parse_rpm_query(out)
+    except rpm_versionlock.VersionlockError as exc:
+        module.fail_json(msg=f"cannot read rpm -qa output: {exc}")
+    return {}
+
+
 def read_dnf(module):
     """What the dnf plan needs from the node: the lock list and the stream commands (read from dnf)."""
     params = module.params
@@ -145,7 +160,9 @@ def run(module) -> dict:
 
     manager = detect_package_manager(module)
     try:
-        pins, installed = pin_plan.request_pins(manager, params["pins"], params["packages"])
+        dnf_locks = manager == "dnf" and params["packages"]
+        installed_rpms = read_installed_rpms(module, params["pins"]) if dnf_locks else None
+        pins, installed = pin_plan.request_pins(manager, params["pins"], params["packages"], installed_rpms)
         if manager == "apt":
             pref_before, uu_before, held, apt_mark = read_apt(module)
             plan = pin_plan.apt_plan(params, pins, installed, pref_before, uu_before, held, apt_mark)

@@ -49,26 +49,53 @@ def holds_text(names):
     return "".join(f"{name}\n" for name in sorted(names))
 
 
-def request_pins(manager, pins, packages):
+def dnf_companions(pins, packages, installed_rpms):
+    """Installed packages a pin names (by name or glob) at the pin's version that ``packages`` does not list:
+    ``[{component, names: [name], version: installed E:V-R}]``.
+
+    A module stream does not hold them: it offers every release of its branch, so a dependency that carries the
+    driver's version (``nvidia-kmod-common``, which ``kmod-nvidia-*-dkms`` requires at its own version) and is not
+    locked is an upgrade candidate while the packages that need it are locked. On RHEL (dnf.conf ``best=True``)
+    ``dnf upgrade`` then fails ("cannot install the best update candidate"), seen on the lab's dnf node.
+    ``installed_rpms`` is :func:`rpm_versionlock.parse_rpm_query`'s ``{name: {evr, ...}}``.
+    """
+    named = {package["name"] for package in packages}
+    found = []
+    for name, info in sorted((installed_rpms or {}).items()):
+        if info is None or name in named:
+            continue
+        for pin in pins:
+            try:
+                same = rpm_versionlock.evr_matches(pin["version"], info["evr"])
+            except rpm_versionlock.VersionlockError:  # a version glob (NCCL's <nccl>-*+cuda<X.Y>): no exact lock
+                same = False
+            if same and any(fnmatch.fnmatchcase(name, pattern) for pattern in pin["names"]):
+                found.append({"component": pin.get("component") or "package", "names": [name], "version": info["evr"]})
+                break
+    return found
+
+
+def request_pins(manager, pins, packages, installed_rpms=None):
     """The pins to write or lock and the exact package names to hold: ``(pins, installed)``.
 
     Holds and locks go on the packages the stack installs (``packages``); ``pins``
     may also name packages that are not installed (``apt-mark hold`` fails on
-    those), or globs. On dnf with ``packages`` the locks are exactly those
-    packages, since versionlock takes exact RPM names and the driver's module
-    stream covers the globs of ``pins``.
+    those), or globs. On dnf with ``packages`` the locks are those packages and
+    the installed ones ``pins`` name at their version (:func:`dnf_companions`,
+    from ``installed_rpms``), since versionlock takes exact RPM names.
     """
     packages = packages or []
     installed = sorted({package["name"] for package in packages})
     if manager == "dnf" and installed:
-        return [
+        exact = [
             {
                 "component": package.get("component") or "package",
                 "names": [package["name"]],
                 "version": package["version"],
             }
             for package in packages
-        ], installed
+        ]
+        return exact + dnf_companions(pins or [], packages, installed_rpms), installed
     try:
         return apt_pinning.normalize_pins(pins, packages), installed
     except apt_pinning.PinningError as exc:

@@ -9,6 +9,8 @@ the result.
 
 from __future__ import annotations
 
+import fnmatch
+
 import pytest
 
 from tests.unit.module_harness import AnsibleFailJson, FakeCommands, ModuleHarness, bound_of, unbounded
@@ -72,6 +74,13 @@ class FakeNode:
         return rc, "".join(out), "".join(err)
 
     def _rpm(self, argv):
+        if argv[:2] == ["-qa", "--qf"]:  # the installed packages matching any of the patterns (globs)
+            rows = [
+                f"{name}\t{epoch}\t{version}\t{release}\n"
+                for name, (epoch, version, release) in sorted(self.rpm.items())
+                if any(fnmatch.fnmatchcase(name, pattern) for pattern in argv[3:])
+            ]
+            return 0, "".join(rows), ""
         assert argv[:2] == ["-q", "--qf"]
         out, rc = [], 0
         for name in argv[3:]:

@@ -190,9 +190,17 @@ def test_rocky_with_crb_off_and_no_epel_gets_epel_added_and_crb_enabled_with_dnf
             "major": "9",
             "arch": "x86_64",
             "release_url": "https://dl.fedoraproject.org/pub/epel/epel-release-latest-9.noarch.rpm",
+            # imported before epel-release is installed: dnf checks the package against the keys rpm holds
+            "key_url": "https://dl.fedoraproject.org/pub/epel/RPM-GPG-KEY-EPEL-9",
         },
         {"id": "crb", "kind": "dnf_enable", "repo_id": "crb", "tool": "dnf"},
     ]
+
+
+def test_an_alma_8_node_without_epel_gets_the_key_of_its_own_major_release():
+    (epel,) = [entry for entry in os_repositories.missing("rhel8", repos={"powertools": True}) if entry["id"] == "epel"]
+    assert epel["key_url"] == "https://dl.fedoraproject.org/pub/epel/RPM-GPG-KEY-EPEL-8"
+    assert epel["release_url"] == "https://dl.fedoraproject.org/pub/epel/epel-release-latest-8.noarch.rpm"
 
 
 def test_rocky_with_epel_and_crb_lacks_nothing():

@@ -244,3 +244,12 @@ def test_real_r580_file_list_crosses_the_revision_change():
     assert exact["packages"][0]["spec"] == "cuda-drivers-580=580.105.08-0ubuntu1"
     kept = package_index.resolve(requested, [], branch(), index, {"cuda-drivers-580": "580.95.05-0ubuntu1"})
     assert (kept["driver_version"], kept["newer_available"]) == ("580.95.05", "580.159.04")
+
+
+def test_dnf_4_lists_the_packages_of_every_module_stream_dnf_5_has_no_such_option():
+    """The lab's dnf node: NVIDIA's driver packages are modular; with no stream enabled (a first install) dnf 4's
+    plain repoquery listed none of them, and the role refused a repository that holds the stack."""
+    argv = package_index.dnf_repoquery_argv("/usr/bin/dnf", ["nvidia-driver", "kmod-nvidia-open-dkms"])
+    assert argv[:5] == ["/usr/bin/dnf", "repoquery", "-q", "--showduplicates", "--disable-modular-filtering"]
+    assert argv[-2:] == ["nvidia-driver", "kmod-nvidia-open-dkms"]
+    assert "--disable-modular-filtering" not in package_index.dnf_repoquery_argv("/usr/bin/dnf5", ["x"], dnf5=True)

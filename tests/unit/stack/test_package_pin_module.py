@@ -301,3 +301,18 @@ def test_a_dnf_name_ending_in_a_newline_writes_no_versionlock(run_module, node, 
     with pytest.raises(run_module.Fail, match="is not an RPM package name"):
         run_module(package_pin.main, dict(paths, packages=[package], pins=[]))
     assert not os.path.exists(paths["versionlock_path"])
+
+
+def test_dnf_also_locks_an_installed_dependency_a_pin_names_at_the_driver_version(run_module, node, paths):
+    """The lab's dnf node: kmod-nvidia-open-dkms needs nvidia-kmod-common at its own version; a stream does not hold
+    it, so unlocked it was `dnf upgrade`'s candidate and the upgrade failed. It is locked, read with one rpm -qa."""
+    node.binaries = {"dnf", "rpm"}
+    node.rpm = {"nvidia-kmod-common": ("3", "550.127.08", "1.el9"), "nvidia-settings": ("3", "550.90.07", "1.el9")}
+    pins = [{"component": "driver", "names": ["kmod-nvidia-*", "nvidia-kmod-common", "nvidia-settings"],
+             "version": "3:550.127.08-1.el9"}]  # fmt: skip
+    result = run_module(package_pin.main, dnf_args(paths, pins=pins))
+    assert result["held"] == ["nvidia-driver", "nvidia-fabricmanager", "nvidia-kmod-common"]
+    locked = Path(paths["versionlock_path"]).read_text()
+    assert "nvidia-kmod-common-3:550.127.08-1.el9.*" in locked
+    assert "nvidia-settings" not in locked  # installed at another release: no pin's version
+    assert sum(1 for call in node.calls if call[1:2] == ["-qa"]) == 1

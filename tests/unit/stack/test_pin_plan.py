@@ -154,3 +154,54 @@ def test_result_lists_what_changes_and_the_diff_on_request():
     assert "diff" not in returned
     with_diff = pin_plan.result("apt", pins, plan, diff=True)
     assert [entry["before_header"] for entry in with_diff["diff"]] == [PREF, UU, "holds"]
+
+
+# The lab's dnf node (Rocky 9, real dnf 4): kmod-nvidia-open-dkms requires nvidia-kmod-common at its own version,
+# which the resolved stack does not name; left unlocked, `dnf upgrade` took the stream's newer release and failed
+# ("cannot install the best update candidate for package nvidia-kmod-common-3:580.95.05-1.el9.noarch").
+RHEL_PACKAGES = [
+    {"name": "nvidia-driver", "version": "3:580.95.05-1.el9", "component": "driver"},
+    {"name": "kmod-nvidia-open-dkms", "version": "3:580.95.05-1.el9", "component": "driver"},
+    {"name": "libnccl", "version": "2.21.5-1+cuda12.4", "component": "nccl"},
+]
+RHEL_PINS = [
+    {
+        "component": "driver",
+        "names": ["nvidia-driver", "kmod-nvidia-*", "nvidia-kmod-common"],
+        "version": "3:580.95.05-1.el9",
+    },
+    {"component": "nccl", "names": ["libnccl", "libnccl-devel"], "version": "2.21.5-*+cuda12.4"},
+]
+
+
+def rpm_rows(rows):
+    return rpm_versionlock.parse_rpm_query("".join(f"{n}\t{e}\t{v}\t{r}\n" for n, e, v, r in rows))
+
+
+def test_dnf_locks_the_installed_dependency_a_pin_names_at_the_driver_version():
+    installed = rpm_rows(
+        [
+            ("nvidia-driver", "3", "580.95.05", "1.el9"),
+            ("kmod-nvidia-open-dkms", "3", "580.95.05", "1.el9"),
+            ("nvidia-kmod-common", "3", "580.95.05", "1.el9"),
+            ("libnccl", "0", "2.21.5", "1+cuda12.4"),
+        ]
+    )
+    pins, _installed = pin_plan.request_pins("dnf", RHEL_PINS, RHEL_PACKAGES, installed)
+    assert [(pin["names"], pin["version"]) for pin in pins] == [
+        (["nvidia-driver"], "3:580.95.05-1.el9"),
+        (["kmod-nvidia-open-dkms"], "3:580.95.05-1.el9"),
+        (["libnccl"], "2.21.5-1+cuda12.4"),
+        (["nvidia-kmod-common"], "3:580.95.05-1.el9"),
+    ]
+    plan = pin_plan.dnf_plan(request(), pins, None)
+    assert "nvidia-kmod-common-3:580.95.05-1.el9.*" in plan["files"][0]["after"]
+
+
+def test_dnf_does_not_lock_a_dependency_left_at_another_release_during_a_move():
+    """Before the install of a new release (move.yml) the old nvidia-kmod-common is no pin's version: unlocked."""
+    installed = rpm_rows(
+        [("nvidia-kmod-common", "3", "580.65.06", "1.el9"), ("nvidia-settings", "3", "580.95.05", "1.el9")]
+    )
+    pins, _installed = pin_plan.request_pins("dnf", RHEL_PINS, RHEL_PACKAGES, installed)
+    assert [pin["names"] for pin in pins] == [["nvidia-driver"], ["kmod-nvidia-open-dkms"], ["libnccl"]]
