@@ -87,7 +87,7 @@ def _stack(values, os_name, os_version, read_error, checks, today):
     return problems, warnings, resolved
 
 
-def _mig(values):
+def _mig(values, checks):
     """Problems of the declared MIG layout (``gpuops_mig``/``gpuops_mig_config``) for the host's GPU model."""
     spec, config = values.get("gpuops_mig"), values.get("gpuops_mig_config")
     if spec is None and config is None:
@@ -99,7 +99,8 @@ def _mig(values):
         profiles = mig_profiles.default_profiles()
     except (MatrixError, mig_profiles.MigProfilesError) as exc:
         return ["gpuops_mig cannot be checked: %s" % " ".join(line.strip() for line in str(exc).splitlines())]
-    return mig_layout.problems(spec, config, values.get("gpuops_gpu"), matrix, profiles)
+    gpu = values.get("gpuops_gpu")
+    return mig_layout.problems(spec, config, gpu, matrix, profiles, report_unknown_gpu="stack" not in checks)
 
 
 def findings(
@@ -137,7 +138,7 @@ def findings(
         for name, why in sorted((unreadable or {}).items())
     )
     problems.extend(variable_values.problems(values, specs))
-    problems.extend(_mig(values))
+    problems.extend(_mig(values, checks))
     warnings, resolved = [], None
     if "stack" in checks:
         stack_problems, warnings, resolved = _stack(values, os_name, os_version, read_error, checks, today)

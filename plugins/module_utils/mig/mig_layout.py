@@ -211,23 +211,26 @@ def capacity_problems(instances, profile_set, model=None, fixed=()):
     return problems
 
 
-def _model(gpu, matrix, profiles):
+def _model(gpu, matrix, profiles, report_unknown_gpu):
     """``(profiles.model(...) result, problem)`` for ``gpuops_gpu``."""
     if gpu in (None, ""):
         return (
             None,
             "gpuops_mig is set but gpuops_gpu is not: set the host's GPU model, the MIG layout is checked against it",
         )
-    entry = matrix.gpu(gpu) if matrix is not None else None
+    entry = matrix.gpu(gpu)
     if entry is None:
-        return None, None  # the stack check names an unknown gpuops_gpu; nothing to check the layout against
+        if not report_unknown_gpu:
+            return None, None  # the stack check names the unknown gpuops_gpu
+        return None, "gpuops_gpu %r is no GPU of the compatibility matrix: the MIG layout cannot be checked" % (gpu,)
     return profiles.model(entry["key"], product=gpu), None
 
 
-def problems(spec, config, gpu, matrix, profiles):
+def problems(spec, config, gpu, matrix, profiles, report_unknown_gpu=True):
     """Every problem of ``gpuops_mig`` (``spec``) and ``gpuops_mig_config`` (``config``) for a host of ``gpu``.
 
-    ``matrix`` is the stack matrix (resolves ``gpu``), ``profiles`` the loaded ``mig_profiles.yml``.
+    ``matrix`` is the stack matrix (resolves ``gpu``), ``profiles`` the loaded ``mig_profiles.yml``;
+    ``report_unknown_gpu`` false leaves a ``gpu`` the matrix does not know to the stack check, which names it.
     Each problem is one sentence naming the variable, the GPU model and what it can hold.
     """
     if spec is None:
@@ -249,7 +252,7 @@ def problems(spec, config, gpu, matrix, profiles):
             "gpuops_mig_config is %r, which gpuops_mig does not hold: set one of %s"
             % (config, ", ".join(sorted(configs)))
         ]
-    model, problem = _model(gpu, matrix, profiles)
+    model, problem = _model(gpu, matrix, profiles, report_unknown_gpu)
     if problem:
         return [problem]
     if model is None:

@@ -58,3 +58,13 @@ def test_checked_without_the_stack_check_too():
 def test_wrong_types_are_named_once():
     problems = find(dict(HOST, gpuops_mig="all-1g.10gb", gpuops_mig_config="all-1g.10gb"))
     assert problems == ["gpuops_mig is 'all-1g.10gb'; set a mapping"]
+
+
+def test_an_unknown_gpu_is_named_once():
+    values = dict(HOST, gpuops_gpu="NVIDIA H1000", gpuops_mig=LAYOUT, gpuops_mig_config="all-1g.10gb")
+    with_stack = find(values)
+    assert len(with_stack) == 1  # the stack check's own message
+    assert "gpuops_mig" not in with_stack[0]
+    assert find(values, checks=()) == [
+        "gpuops_gpu 'NVIDIA H1000' is no GPU of the compatibility matrix: the MIG layout cannot be checked"
+    ]
