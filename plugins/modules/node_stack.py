@@ -7,11 +7,12 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: node_stack
-short_description: Blacklist nouveau, pin the NVIDIA stack and configure its DCGM Exporter in one remote execution
+short_description: Blacklist nouveau, pin the NVIDIA stack, set up its DCGM Exporter and nvidia-peermem in one call
 version_added: 0.2.0
 description:
   - Runs the work of M(gpuops.cluster.modprobe_blacklist) and M(gpuops.cluster.package_pin) in one Python process on
-    the node, in that order, then writes the DCGM Exporter's systemd drop-in (O(dcgm_exporter)).
+    the node, in that order, then writes the DCGM Exporter's systemd drop-in (O(dcgm_exporter)) and makes
+    C(nvidia-peermem) match the node's GPUDirect RDMA path (O(gpudirect_rdma)).
   - The C(nvidia_stack) role calls this module, one remote execution instead of three.
 author:
   - gpuops.cluster maintainers (@gpuops)
@@ -34,6 +35,19 @@ options:
         the exporter embeds its own host engine, no C(-r), no C(PartOf)), C(path), C(state) (V(present) or
         V(absent)), C(root)."
       - Reload systemd and restart the exporter when the part changed (the C(nvidia_stack) role's handler does).
+    type: dict
+  gpudirect_rdma:
+    description:
+      - Make C(nvidia-peermem) match the GPUDirect RDMA path the node has, decided as the C(gpudirect_rdma) check
+        of M(gpuops.cluster.gpu_health) decides it (sysfs and C(/proc) only).
+      - Path C(peermem) writes C(/etc/modules-load.d/nvidia-peermem.conf) (0644, root) and runs
+        C(modprobe nvidia-peermem) where the driver is loaded and it is not (a failure names the DKMS rebuild that
+        fixes a module built without, or against another, OFED). Path C(dmabuf) or C(none) loads nothing and removes
+        that file where it holds what this collection writes. No usable path changes nothing; the part's result
+        says why.
+      - "Keys: C(setting) (V(auto), V(peermem), V(dmabuf), V(none); default V(auto)), C(flavor) (V(open) or
+        V(proprietary): the flavour the stack installs, used where no NVIDIA module is loaded yet), C(load_now)
+        (bool, default V(true)), C(root)."
     type: dict
 extends_documentation_fragment:
   - gpuops.cluster.attributes
@@ -81,12 +95,18 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner impo
 from ansible_collections.gpuops.cluster.plugins.module_utils.module_parts import part_options, run_parts
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
     dcgm_exporter_dropin,
+    gpudirect_rdma_part,
     modprobe_blacklist,
     package_pin,
 )
 
 # The parts, in the order they run.
-PARTS = {"modprobe_blacklist": modprobe_blacklist, "package_pin": package_pin, "dcgm_exporter": dcgm_exporter_dropin}
+PARTS = {
+    "modprobe_blacklist": modprobe_blacklist,
+    "package_pin": package_pin,
+    "dcgm_exporter": dcgm_exporter_dropin,
+    "gpudirect_rdma": gpudirect_rdma_part,
+}
 
 
 def main():

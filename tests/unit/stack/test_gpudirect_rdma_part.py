@@ -1,0 +1,133 @@
+"""node_stack's gpudirect_rdma part: nvidia-peermem loaded and persistent where the node's path is peermem, nothing
+loaded and our modules-load.d file removed where it is DMA-BUF or none; idempotent, check mode, diff.
+
+The node is a fake /sys and /proc tree (tests/unit/health/test_gpudirect_rdma.make_node, real /proc captures).
+"""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import gpudirect_rdma_part
+from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import rdma_dropins
+from ansible_collections.gpuops.cluster.plugins.modules import node_stack
+
+from tests.unit.health.test_gpudirect_rdma import INBOX_KALLSYMS, PROPRIETARY, make_node
+from tests.unit.module_harness import FakeCommands, ModuleHarness, unbounded
+
+CONF = "etc/modules-load.d/nvidia-peermem.conf"
+
+
+@pytest.fixture
+def harness(monkeypatch):
+    return ModuleHarness(
+        monkeypatch,
+        commands=FakeCommands({"modprobe nvidia-peermem": (0, "", "")}, inside_timeout=True),
+        bins={"timeout": "/usr/bin/timeout", "modprobe": "/usr/sbin/modprobe"},
+    )
+
+
+def part(harness, root, check=False, diff=False, **options):
+    """The part's result; with ``diff``, the module's diff (node_stack gathers the parts' diffs) under ``diff``."""
+    args = {"gpudirect_rdma": {"root": str(root), **options}}
+    result = harness.run(node_stack, args, check_mode=check, diff=diff)
+    return dict(result["results"]["gpudirect_rdma"], diff=result.get("diff"))
+
+
+def modprobes(harness):
+    return [unbounded(call) for call in harness.commands.calls]
+
+
+def driver_loaded(root):
+    (root / "sys/module/nvidia").mkdir(parents=True)
+
+
+def test_peermem_path_writes_the_file_and_loads_the_module_then_nothing_to_do(harness, tmp_path):
+    make_node(tmp_path, driver=PROPRIETARY)
+    driver_loaded(tmp_path)
+    first = part(harness, tmp_path, diff=True)
+    assert (first["changed"], first["path"], first["loaded"]) == (True, "peermem", True)
+    assert (tmp_path / CONF).read_text() == rdma_dropins.render_peermem()
+    assert first["diff"][0]["after"] == "# Managed by gpuops.cluster.kernel_tuning: GPUDirect RDMA\nnvidia-peermem\n"
+    assert modprobes(harness) == [["/usr/sbin/modprobe", "nvidia-peermem"]]
+    (tmp_path / "sys/module/nvidia_peermem").mkdir()  # what modprobe did
+    again = part(harness, tmp_path)
+    assert (again["changed"], again["status"], again["loaded"]) == (False, "pass", False)
+    assert len(harness.commands.calls) == 1
+
+
+def test_check_mode_predicts_the_write_and_the_load_and_does_neither(harness, tmp_path):
+    make_node(tmp_path, driver=PROPRIETARY)
+    driver_loaded(tmp_path)
+    result = part(harness, tmp_path, check=True)
+    assert (result["changed"], result["loaded"]) == (True, True)
+    assert not (tmp_path / CONF).exists()
+    assert harness.commands.calls == []
+
+
+def test_a_first_install_writes_the_file_and_leaves_the_load_to_the_boot(harness, tmp_path):
+    make_node(tmp_path, driver=None)  # nothing loaded yet: the flavour the stack installs stands in
+    result = part(harness, tmp_path, flavor="proprietary")
+    assert (result["changed"], result["path"], result["loaded"]) == (True, "peermem", False)
+    assert result["notes"] == ["nvidia-peermem loads at the next boot (the NVIDIA driver is not loaded now)"]
+    assert (tmp_path / CONF).exists()
+    assert harness.commands.calls == []
+
+
+def test_a_failed_load_names_the_dkms_rebuild(harness, tmp_path):
+    make_node(tmp_path, driver=PROPRIETARY)
+    driver_loaded(tmp_path)
+    harness.commands.add(
+        "modprobe nvidia-peermem",
+        (1, "", "modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument\n"),
+    )
+    failed = harness.fail(node_stack, {"gpudirect_rdma": {"root": str(tmp_path)}})
+    assert failed["failed_part"] == "gpudirect_rdma"
+    assert "could not load nvidia-peermem" in failed["msg"]
+    assert "Invalid argument" in failed["msg"]
+    assert "dkms install --force nvidia/<driver version>" in failed["msg"]
+
+
+def test_dmabuf_removes_our_stale_file_loads_nothing_and_leaves_an_operators_file(harness, tmp_path):
+    make_node(tmp_path)
+    driver_loaded(tmp_path)
+    (tmp_path / "etc/modules-load.d").mkdir(parents=True)
+    (tmp_path / CONF).write_text(rdma_dropins.render_peermem())
+    result = part(harness, tmp_path, diff=True)
+    assert (result["changed"], result["path"], result["loaded"]) == (True, "dmabuf", False)
+    assert not (tmp_path / CONF).exists()
+    assert result["diff"][0]["after"] == ""
+    (tmp_path / CONF).write_text("nvidia-peermem\n")  # the operator's own
+    assert part(harness, tmp_path)["changed"] is False
+    assert (tmp_path / CONF).exists()
+    assert harness.commands.calls == []
+
+
+def test_none_and_no_hca_remove_our_file(harness, tmp_path):
+    make_node(tmp_path, hcas=())
+    (tmp_path / "etc/modules-load.d").mkdir(parents=True)
+    (tmp_path / CONF).write_text(rdma_dropins.render_peermem())
+    result = part(harness, tmp_path, setting="peermem")
+    assert (result["changed"], result["path"], result["status"]) == (True, "none", "skip")
+    assert not (tmp_path / CONF).exists()
+
+
+def test_no_usable_path_changes_nothing_and_says_why(harness, tmp_path):
+    make_node(tmp_path, driver=PROPRIETARY, kallsyms=INBOX_KALLSYMS)
+    driver_loaded(tmp_path)
+    result = part(harness, tmp_path)
+    assert (result["changed"], result["path"], result["status"]) == (False, None, "fail")
+    assert "fix: use the open kernel modules" in result["detail"]
+    peermem = part(harness, tmp_path, setting="peermem")
+    assert (peermem["changed"], peermem["path"]) == (False, "peermem")
+    assert "fails to load with 'Invalid argument'" in peermem["detail"]
+    assert not (tmp_path / CONF).exists()
+    assert harness.commands.calls == []
+
+
+def test_plan_uses_the_installed_flavour_only_where_none_is_loaded():
+    reading = {"hcas": [{"device": "mlx5_0", "link_layers": ["InfiniBand"]}], "flavor": None, "driver_version": None}
+    reading.update(kernel="6.8.0-45-generic", peer_memory_symbols=True, peermem_loaded=False)
+    assert gpudirect_rdma_part.plan(reading, "auto", "open")["decision"]["path"] == "dmabuf"
+    assert gpudirect_rdma_part.plan(reading, "auto", "proprietary")["file"] == "present"
+    loaded = dict(reading, flavor="proprietary", driver_version="550.127.08")
+    assert gpudirect_rdma_part.plan(loaded, "auto", "open")["decision"]["path"] == "peermem"
