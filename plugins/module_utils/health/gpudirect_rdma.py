@@ -112,14 +112,17 @@ def kernel_version(release):
 def read(root="/"):
     """What the node shows: ``{hcas, peermem_loaded, peer_memory_symbols, flavor, driver_version, kernel}``.
 
-    ``peer_memory_symbols`` is None where ``/proc/kallsyms`` could not be read; ``flavor`` and ``driver_version``
-    are None where no NVIDIA module is loaded; ``kernel`` is None where the release could not be read.
+    ``peer_memory_symbols`` is None where ``/proc/kallsyms`` could not be read or the node has no HCA; ``flavor``
+    and ``driver_version`` are None where no NVIDIA module is loaded; ``kernel`` is None where the release could not
+    be read.
     """
     driver = parse_driver_version(read_value(under(root, DRIVER_VERSION))) or {}
+    hcas = _hcas(root)
     return {
-        "hcas": _hcas(root),
+        "hcas": hcas,
         "peermem_loaded": os.path.isdir(under(root, PEERMEM_MODULE)),
-        "peer_memory_symbols": _peer_memory_symbols(root),
+        # /proc/kallsyms is megabytes: read only where an HCA makes the answer matter
+        "peer_memory_symbols": _peer_memory_symbols(root) if hcas else None,
         "flavor": driver.get("flavor"),
         "driver_version": driver.get("version"),
         "kernel": read_value(under(root, OSRELEASE)),
