@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -145,8 +146,20 @@ def evr(package: dict) -> str:
 
 def stage(package: dict, staging: Path, spec: dict, armored_key: bytes) -> None:
     """The package's files: build_repo.py's stand-ins, systemd units under /usr/lib (RHEL's unit directory)."""
-    debian_like = {"values": package["values"], "contents": [c for c in package["contents"] if c != "epel-repo"]}
+    own = ("epel-repo", "dcgm-exporter")
+    debian_like = {"values": package["values"], "contents": [c for c in package["contents"] if c not in own]}
     build_repo.stage_contents(staging, debian_like)
+    if "dcgm-exporter" in package["contents"]:
+        daemon = {
+            "name": "dcgm-exporter",
+            "version": package["version"],
+            "ready": "dcgm-exporter-ready",
+            "precheck": ":",
+        }
+        after = "After=nvidia-dcgm.service\n"
+        build_repo.add_service(
+            staging, "nvidia-dcgm-exporter.service", "NVIDIA DCGM Exporter (gpuops lab)", daemon, after
+        )
     shutil.rmtree(staging / "DEBIAN", ignore_errors=True)  # the .deb's maintainer scripts; SCRIPTS stand in
     if (staging / "lib").exists():
         (staging / "usr/lib").mkdir(parents=True, exist_ok=True)
@@ -205,11 +218,21 @@ def build_rpm(package: dict, spec: dict, work: Path, armored_key: bytes) -> Path
     return built
 
 
+def gpg_time(home: Path) -> list[str]:
+    """gpg options that sign at the lab key's creation time (EdDSA signatures are deterministic otherwise): a rebuild
+    of unchanged inputs gives the same RPMs and repodata, so a node that cached the metadata still downloads
+    packages whose checksums match."""
+    keys = build_repo.gpg(home, "--list-secret-keys", "--with-colons").stdout.decode()
+    created = next(line.split(":")[5] for line in keys.splitlines() if line.startswith("sec:"))
+    return ["--faked-system-time", f"{created}!"]
+
+
 def sign(rpms: list[Path], home: Path) -> None:
     """Sign every RPM with the lab key (rpmsign runs gpg from the lab's throwaway home)."""
     subprocess.run(
         ["rpmsign", "--addsign", "--define", f"__gpg {shutil.which('gpg')}", "--define", f"_gpg_path {home}",
-         "--define", f"_gpg_name {build_repo.KEY_UID}", *map(str, rpms)],
+         "--define", f"_gpg_name {build_repo.KEY_UID}",
+         "--define", f"_gpg_sign_cmd_extra_args {' '.join(gpg_time(home))}", *map(str, rpms)],
         check=True,
         capture_output=True,
         env=dict(os.environ, SOURCE_DATE_EPOCH=build_repo.BUILD_EPOCH),
@@ -282,12 +305,20 @@ def createrepo(path: Path, home: Path, modules: str | None) -> None:
         )
         modules_file.unlink()
     repomd = path / "repodata/repomd.xml"
-    build_repo.gpg(home, "--yes", "--armor", "--detach-sign", "--output", f"{repomd}.asc", str(repomd))
+    # modifyrepo_c stamps its record with the current time; every other record has the revision's
+    text = re.sub(r"<timestamp>\d+</timestamp>", f"<timestamp>{build_repo.BUILD_EPOCH}</timestamp>", repomd.read_text())
+    repomd.write_text(text, encoding="utf-8")
+    build_repo.gpg(home, *gpg_time(home), "--yes", "--armor", "--detach-sign", "--output", f"{repomd}.asc", str(repomd))
 
 
-def publish(built: Path, dest: Path) -> None:
-    """Replace ``dest`` by ``built``: RPMs first, the repodata directory in one rename, stale RPMs last."""
+def publish(built: Path, dest: Path) -> bool:
+    """Replace ``dest`` by ``built``: RPMs first, the repodata directory in one rename, stale RPMs last; False (and
+    only the stamp written) when its repomd.xml is the same, so a node reading it meanwhile sees no change."""
     dest.mkdir(parents=True, exist_ok=True)
+    current = dest / "repodata/repomd.xml"
+    if current.is_file() and current.read_bytes() == (built / "repodata/repomd.xml").read_bytes():
+        (built / STAMP).replace(dest / STAMP)
+        return False
     names = sorted(p.name for p in built.glob("*.rpm"))
     for name in names:
         os.replace(built / name, dest / name)
@@ -303,6 +334,7 @@ def publish(built: Path, dest: Path) -> None:
         if stale.name not in names:
             stale.unlink()
     (built / STAMP).replace(dest / STAMP)
+    return True
 
 
 def build(spec: dict, state: Path, home: Path, checked: int) -> None:
@@ -325,12 +357,15 @@ def build(spec: dict, state: Path, home: Path, checked: int) -> None:
             built.mkdir(parents=True)
             chosen = [p for p in packages if p["repository"] == name]
             for package in chosen:
-                shutil.copyfile(rpms[id(package)], built / rpms[id(package)].name)
+                target = built / rpms[id(package)].name
+                shutil.copyfile(rpms[id(package)], target)
+                os.utime(target, (int(build_repo.BUILD_EPOCH),) * 2)  # primary.xml records the file's time
             createrepo(built, home, modules_yaml(spec, chosen) if name == "nvidia" else None)
             (built / STAMP).write_text(digest + "\n", encoding="utf-8")
-            publish(built, dest)
+            changed = publish(built, dest)
             print(
-                f"build-repo: {len(chosen)} RPMs in {dest.relative_to(state.parent)} (rebuilt)"
+                f"build-repo: {len(chosen)} RPMs in {dest.relative_to(state.parent)}"
+                f" ({'rebuilt' if changed else 'unchanged'})"
                 + (f"; {checked} lab stacks cross-checked" if name == "nvidia" else "")
             )
         epel_release = next(p for p in packages if p["name"] == "epel-release")
