@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -37,11 +38,33 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix 
 
 EXIT_GAP = 1
 EXIT_BAD_INPUT = 2
+ZSTD_TIMEOUT = 120
+
+
+def unzstd(data, what):
+    """zstd-compressed repodata (primary.xml.zst, modules.yaml.zst) uncompressed by the zstd tool."""
+    try:
+        done = subprocess.run(
+            ["zstd", "-d", "-c", "-q"], input=data, capture_output=True, timeout=ZSTD_TIMEOUT, check=False
+        )
+    except FileNotFoundError as exc:
+        raise repository_listing.ListingError(
+            "%s is zstd-compressed: install zstd, or decompress it first" % what
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise repository_listing.ListingError("%s: zstd did not finish in %d s" % (what, ZSTD_TIMEOUT)) from exc
+    if done.returncode != 0:
+        raise repository_listing.ListingError(
+            "%s: zstd -d failed: %s" % (what, done.stderr.decode("utf-8", "replace").strip())
+        )
+    return done.stdout
 
 
 def arguments(argv):
     parser = argparse.ArgumentParser(
-        prog="matrix-gap", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="matrix-gap",
+        description=__doc__.split("\n\n", maxsplit=1)[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("index", help="the repository index: a file or a repository directory")
     parser.add_argument("--modules", help="a modules.yaml to read with a primary.xml given alone")
@@ -55,7 +78,7 @@ def main(argv=None):
     args = arguments(sys.argv[1:] if argv is None else argv)
     try:
         matrix = load_matrix(args.matrix or None)
-        listing = repository_listing.read_listing(args.index, modules=args.modules)
+        listing = repository_listing.read_listing(args.index, modules=args.modules, unzstd=unzstd)
         report = matrix_gap.gaps(matrix, listing["index"], listing["streams"], listing["source"], listing["format"])
     except (MatrixError, repository_listing.ListingError, matrix_gap.GapError) as exc:
         print("matrix-gap: %s" % exc, file=sys.stderr)

@@ -36,8 +36,11 @@ def matrix_gap_query(package_manager, names=None, matrix_path=None):
     _package_manager(package_manager, "matrix_gap_query")
     matrix = _matrix(matrix_path, "matrix_gap_query")
     if package_manager == "apt":
+        # apt-cache madison takes names only, no globs (apt 2.6.1: 'libnccl*' prints nothing), hence pkgnames first.
         wanted = gap.watched_names(matrix, names or [])
         return ["apt-cache", "madison", *wanted] if wanted else None
+    # --disable-modular-filtering: "list also packages of inactive module streams" (dnf 4,
+    # dnf/cli/commands/repoquery.py; dnf5 has it too, per its changelog), so every nvidia-driver stream is read.
     query = ["dnf", "repoquery", "--quiet", "--showduplicates", "--disable-modular-filtering"]
     return [*query, "--qf", package_index.DNF_QUERY_FORMAT, *gap.query_globs(matrix)]
 

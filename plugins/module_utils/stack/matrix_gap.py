@@ -332,10 +332,8 @@ def _dcgm_gaps(matrix, releases, older):
             % (version, version, major, shown, SOURCE_HINT)
         ]
         if not cuda_majors:
-            rules.append(
-                "cuda_majors: unknown from this index (no datacenter-gpu-manager-%d-cuda<N> package): check the DCGM "
-                "release notes" % major
-            )
+            why = "DCGM 3 ships one package" if major < 4 else "no datacenter-gpu-manager-%d-cuda<N> package" % major
+            rules.append("cuda_majors: unknown from this index (%s): check the DCGM release notes" % why)
         detail = ("CUDA majors %s" % ", ".join(map(str, cuda_majors))) if cuda_majors else ""
         gaps.append(_gap("dcgm", version, rules, held, detail))
     return gaps

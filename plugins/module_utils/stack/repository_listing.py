@@ -15,8 +15,9 @@ no other module reads:
   which operators paste.
 
 :func:`read_listing` takes a file or a directory and says which it read; anything else raises
-:class:`ListingError` with what was expected. Controller only (PyYAML for ``modules.yaml``; the ``zstd`` tool
-for zstd-compressed metadata).
+:class:`ListingError` with what was expected. Controller only (PyYAML for ``modules.yaml``).
+zstd-compressed metadata is read through the ``unzstd`` function the caller passes (``tools/matrix_gap.py`` runs
+the ``zstd`` tool): module utilities start no process themselves.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import bz2
 import gzip
 import lzma
 import re
-import subprocess
+import zlib
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -33,7 +34,6 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.stack import packag
 
 COMMON_NS = "{http://linux.duke.edu/metadata/common}"
 REPO_NS = "{http://linux.duke.edu/metadata/repo}"
-ZSTD_TIMEOUT = 120
 # A pasted command line (``$ apt-cache madison nvidia-open | grep sbsa``) before the output.
 _PROMPT = re.compile(r"^\s*[$#] ")
 _NEVRA = re.compile(
@@ -54,8 +54,8 @@ def _add(index, name, version, source):
         entries.append({"version": version, "source": source})
 
 
-def decompress(data, what):
-    """``data`` uncompressed (gzip, xz, bzip2 or zstd, by their magic bytes), as text."""
+def decompress(data, what, unzstd=None):
+    """``data`` uncompressed (gzip, xz, bzip2, or zstd through ``unzstd(data, what)``, by magic bytes), as text."""
     try:
         if data[:2] == b"\x1f\x8b":
             data = gzip.decompress(data)
@@ -64,27 +64,15 @@ def decompress(data, what):
         elif data[:3] == b"BZh":
             data = bz2.decompress(data)
         elif data[:4] == b"\x28\xb5\x2f\xfd":
-            data = _unzstd(data, what)
-    except (OSError, EOFError, lzma.LZMAError, ValueError) as exc:
+            if unzstd is None:
+                raise ListingError("%s is zstd-compressed: decompress it first (zstd -d)" % what)
+            data = unzstd(data, what)
+    except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
         raise ListingError("%s: cannot decompress it: %s" % (what, exc)) from exc
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ListingError("%s: not text (UTF-8) after decompression: %s" % (what, exc)) from exc
-
-
-def _unzstd(data, what):
-    try:
-        done = subprocess.run(
-            ["zstd", "-d", "-c", "-q"], input=data, capture_output=True, timeout=ZSTD_TIMEOUT, check=False
-        )
-    except FileNotFoundError as exc:
-        raise ListingError("%s is zstd-compressed: install zstd, or decompress it first (zstd -d)" % what) from exc
-    except subprocess.TimeoutExpired as exc:
-        raise ListingError("%s: zstd did not finish in %d s" % (what, ZSTD_TIMEOUT)) from exc
-    if done.returncode != 0:
-        raise ListingError("%s: zstd -d failed: %s" % (what, done.stderr.decode("utf-8", "replace").strip()))
-    return done.stdout
 
 
 def parse_apt_packages(text, source):
@@ -203,12 +191,12 @@ def _repomd_locations(text, source):
     return locations
 
 
-def _read_text(path):
+def _read_text(path, unzstd=None):
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise ListingError("cannot read %s: %s" % (path, exc.strerror or exc)) from exc
-    return decompress(data, str(path))
+    return decompress(data, str(path), unzstd)
 
 
 def _without_prompts(text):
@@ -249,39 +237,42 @@ def parse_text(text, source):
     )
 
 
-def read_listing(path, modules=None):
-    """Read the listing at ``path`` (a file, or a repository directory); ``modules``: a modules.yaml to add.
+def read_listing(path, modules=None, unzstd=None):
+    """Read the listing at ``path`` (a file, or a repository directory); ``modules``: a modules.yaml to add;
+    ``unzstd(data, what)`` returns zstd-compressed ``data`` uncompressed (without it such a file is refused).
 
     Returns ``{format, source, index, streams}``.
     """
     where = Path(path)
     if where.is_dir():
-        result = _read_directory(where)
+        result = _read_directory(where, unzstd)
     elif where.exists():
-        fmt, index, streams = parse_text(_read_text(where), str(where))
+        fmt, index, streams = parse_text(_read_text(where, unzstd), str(where))
         result = {"format": fmt, "source": str(where), "index": index, "streams": streams}
     else:
         raise ListingError("cannot read %s: no such file or directory" % path)
     if modules:
-        extra = parse_module_streams(_read_text(modules), str(modules))
+        extra = parse_module_streams(_read_text(modules, unzstd), str(modules))
         result["streams"] = sorted(set(result["streams"]) | set(extra))
     return result
 
 
-def _read_directory(where):
+def _read_directory(where, unzstd):
     repomd = next((p for p in (where / "repodata" / "repomd.xml", where / "repomd.xml") if p.is_file()), None)
     if repomd is not None:
         root = repomd.parent.parent
-        locations = _repomd_locations(_read_text(repomd), str(repomd))
-        index = parse_rpm_primary(_read_text(root / locations["primary"]), str(root / locations["primary"]))
+        locations = _repomd_locations(_read_text(repomd, unzstd), str(repomd))
+        primary = root / locations["primary"]
+        index = parse_rpm_primary(_read_text(primary, unzstd), str(primary))
         streams = []
         if "modules" in locations:
-            streams = parse_module_streams(_read_text(root / locations["modules"]), str(root / locations["modules"]))
+            modules = root / locations["modules"]
+            streams = parse_module_streams(_read_text(modules, unzstd), str(modules))
         fmt = "rpm repodata" + (" with modules.yaml" if "modules" in locations else "")
         return {"format": fmt, "source": str(where), "index": index, "streams": streams}
     for name in ("Packages", "Packages.gz", "Packages.xz", "Packages.bz2"):
         if (where / name).is_file():
-            fmt, index, streams = parse_text(_read_text(where / name), str(where / name))
+            fmt, index, streams = parse_text(_read_text(where / name, unzstd), str(where / name))
             return {"format": fmt, "source": str(where / name), "index": index, "streams": streams}
     raise ListingError(
         "%s: a directory without repodata/repomd.xml or a Packages file: give the repository's root or the index file"

@@ -279,3 +279,19 @@ def test_render_shows_the_table_and_the_rules():
     assert lines[2].split() == ["driver", "610.57.04", "nvidia-open", "610.57.04-1ubuntu1"]
     assert any("driver_branches[R610].releases" in line for line in lines)
     assert matrix_gap.render(matrix_gap.gaps(the_matrix, {}))[1].startswith("No gap")
+
+
+def test_dcgm_3_has_one_package_its_cuda_majors_come_from_the_release_notes():
+    # datacenter-gpu-manager 1:3.3.6 (matrix source nvidia_repo_ubuntu2404) is listed; DCGM 2 predates the matrix.
+    index = {"datacenter-gpu-manager": [{"version": "1:3.3.6", "source": "r"}, {"version": "1:2.4.8", "source": "r"}]}
+    report = matrix_gap.gaps(matrix(), index)
+    assert report["gaps"] == []
+    assert report["older"] == {"dcgm": ["2.4.8"]}
+
+    def drop(data):  # the matrix keeps a DCGM 3 entry, an older one, so DCGM 3 is still tracked
+        next(entry for entry in data["dcgm"] if entry["version"] == "3.3.6")["version"] = "3.3.5"
+
+    [gap] = matrix_gap.gaps(matrix(drop), index)["gaps"]
+    assert gap["rules"][1] == (
+        "cuda_majors: unknown from this index (DCGM 3 ships one package): check the DCGM release notes"
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +86,28 @@ def test_bad_input_exits_2_with_what_to_fix(argv, message, capsys):
     assert captured.out == ""
     assert captured.err.startswith("matrix-gap: ")
     assert message in captured.err
+
+
+@pytest.mark.skipif(shutil.which("zstd") is None, reason="zstd is not installed")
+def test_zstd_repodata_is_read_through_the_zstd_tool(tmp_path, capsys):
+    # The versions of rhel9-dnf-repoquery-kmod.txt in createrepo_c's primary.xml layout (no NVIDIA primary.xml was
+    # found to keep; tests/fixtures/package_index/README.md).
+    primary = (
+        '<?xml version="1.0"?><metadata xmlns="http://linux.duke.edu/metadata/common" packages="1">'
+        '<package type="rpm"><name>kmod-nvidia-open-dkms</name><arch>noarch</arch>'
+        '<version epoch="3" ver="595.71.05" rel="1.el9"/></package></metadata>'
+    )
+    (tmp_path / "repodata").mkdir()
+    zstd = subprocess.run(["zstd", "-q", "-c"], input=primary.encode(), capture_output=True, check=True)
+    (tmp_path / "repodata" / "x-primary.xml.zst").write_bytes(zstd.stdout)
+    (tmp_path / "repodata" / "repomd.xml").write_text(
+        '<repomd xmlns="http://linux.duke.edu/metadata/repo"><data type="primary">'
+        '<location href="repodata/x-primary.xml.zst"/></data></repomd>'
+    )
+    assert COMMAND.main([str(tmp_path), "--json", "-"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["format"] == "rpm repodata"
+    assert report["watched"]["driver"] == 1
 
 
 def test_the_command_runs_as_a_script():

@@ -101,12 +101,21 @@ def test_rpm_repodata_directory_reads_primary_and_module_streams(tmp_path):
     assert listing["streams"] == ["nvidia-driver:595-open", "nvidia-driver:595-dkms"]
 
 
+def unzstd(data, what):
+    """What tools/matrix_gap.py passes: the zstd tool (tested there through the command)."""
+    return subprocess.run(["zstd", "-d", "-c", "-q"], input=data, capture_output=True, check=True).stdout
+
+
 @pytest.mark.skipif(shutil.which("zstd") is None, reason="zstd is not installed")
 def test_zstd_primary_given_alone_with_its_modules(tmp_path):
     done = subprocess.run(["zstd", "-q", "-c"], input=primary_xml(RHEL9).encode(), capture_output=True, check=True)
     (tmp_path / "primary.xml.zst").write_bytes(done.stdout)
     (tmp_path / "modules.yaml").write_text(MODULES)
-    listing = repository_listing.read_listing(tmp_path / "primary.xml.zst", modules=tmp_path / "modules.yaml")
+    with pytest.raises(ListingError, match=r"primary\.xml\.zst is zstd-compressed: decompress it first"):
+        repository_listing.read_listing(tmp_path / "primary.xml.zst")
+    listing = repository_listing.read_listing(
+        tmp_path / "primary.xml.zst", modules=tmp_path / "modules.yaml", unzstd=unzstd
+    )
     assert listing["format"] == "rpm primary.xml"
     assert listing["index"]["nvidia-kmod-common"] == [
         {"version": "3:595.71.05-1.el9", "source": str(tmp_path / "primary.xml.zst")}
