@@ -74,6 +74,12 @@ def watched_packages(matrix):
     return [(kind, name, regex) for (kind, name), regex in sorted(seen.items())]
 
 
+def _metapackages(matrix):
+    """The first package of each driver rule (nvidia-driver-{branch}, cuda-drivers, nvidia-open): the driver itself."""
+    rules = [rule for rule in matrix.packaging if rule["component"] == "driver" and rule.get("packages")]
+    return [_name_pattern(rule["packages"][0]["name"]) for rule in rules]
+
+
 def query_globs(matrix):
     """Name globs that cover every watched package (``cuda-toolkit-*``), for ``dnf repoquery``."""
     return sorted({_PLACEHOLDER.sub("*", name) for _kind, name, _regex in watched_packages(matrix)})
@@ -192,6 +198,7 @@ def _merge(entries):
 def _driver_gaps(matrix, releases, older):
     gaps = []
     oldest = min(matrix.branches)
+    metas = _metapackages(matrix)
     new_branches = {}
     for release in _ordered(releases):
         branch = driver_branch(release)
@@ -204,9 +211,14 @@ def _driver_gaps(matrix, releases, older):
         if release in matrix.releases(branch) or release in matrix.known_bad(branch):
             continue
         rule = 'driver %s in branch %d: add {version: "%s", source: %s} to driver_branches[R%d].releases (oldest first)'
-        gaps.append(
-            _gap("driver", release, [rule % (release, branch, release, SOURCE_HINT, branch)], releases[release])
-        )
+        rules = [rule % (release, branch, release, SOURCE_HINT, branch)]
+        names = sorted({held.split()[0] for held in releases[release]["packages"]})
+        if not any(meta.match(name) for meta in metas for name in names):
+            rules.append(
+                "only %s holds it, no driver package: check that %s is a driver release (a companion can be "
+                "versioned apart from the driver, as Debian's nvidia-persistenced is)" % (", ".join(names), release)
+            )
+        gaps.append(_gap("driver", release, rules, releases[release]))
     for branch, found in sorted(new_branches.items()):
         rules = [
             "driver branch R%d is not in the matrix: add a driver_branches entry {branch: %d, kind, eol, "

@@ -295,3 +295,20 @@ def test_dcgm_3_has_one_package_its_cuda_majors_come_from_the_release_notes():
     assert gap["rules"][1] == (
         "cuda_majors: unknown from this index (DCGM 3 ships one package): check the DCGM release notes"
     )
+
+
+def test_a_release_only_a_companion_holds_says_to_check_it():
+    # Debian's archive: nvidia-persistenced 535.171.04-1~deb12u1 beside nvidia-driver 535.261.03-1 (bookworm, apt-cache
+    # madison on the Packages files of tests/fixtures/package_index/debian12-*; persistenced is its own source there).
+    index = {
+        "nvidia-persistenced": [{"version": "535.171.04-1~deb12u1", "source": "deb.debian.org bookworm/contrib"}],
+        "nvidia-driver": [{"version": "535.261.03-1", "source": "deb.debian.org bookworm/non-free"}],
+    }
+    report = matrix_gap.gaps(matrix(both(without_release(535, "535.171.04"), with_release(535, "535.261.03"))), index)
+    [gap] = report["gaps"]
+    assert gap["version"] == "535.171.04"
+    assert gap["rules"][1].startswith("only nvidia-persistenced holds it, no driver package: check that 535.171.04")
+    report = report_of(
+        "debian12-backports-non-free-packages-nvidia-driver.txt", matrix(without_release(535, "535.216.03"))
+    )
+    assert len(found(report, "driver", "535.216.03")[0]["rules"]) == 1  # nvidia-driver is the driver package
