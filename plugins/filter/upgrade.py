@@ -3,7 +3,7 @@
 """Filters of the rolling upgrade (playbooks/rolling_upgrade.yml).
 
 Documentation for each filter lives in the sidecar YAML next to this file
-(upgrade_window.yml, upgrade_decision.yml, upgrade_stack_fact.yml, upgrade_report.yml,
+(upgrade_window.yml, upgrade_window_run.yml, upgrade_decision.yml, upgrade_stack_fact.yml, upgrade_report.yml,
 upgrade_drain_record.yml).
 """
 
@@ -13,6 +13,7 @@ import time
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
+    drain_adapter,
     fleet_nodes,
     run_journal,
     upgrade_record,
@@ -22,9 +23,18 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
 PREFIX = "gpuops.cluster."
 
 
-def upgrade_window(hosts, settings=None, slurm=None, canary=None, now=None, maintenance=None):
-    """The window's nodes and its preview for the plan-only run, with ``lines`` describing it for the operator."""
+def upgrade_window(hosts, settings=None, slurm=None, canary=None, now=None, maintenance=None, upgrade=None):
+    """The window's nodes and its preview for the plan-only run, with ``lines`` describing it for the operator.
+
+    ``upgrade`` (the run's gpuops_upgrade_* settings) gives the window's settings through its drain adapter
+    (``drain_adapter.window_settings``), instead of ``settings``, and the maintenance reservation unless given.
+    """
     try:
+        if upgrade is not None:
+            if settings:
+                raise ValueError("set settings or upgrade, not both")
+            settings = drain_adapter.window_settings(dict(upgrade))
+            maintenance = upgrade.get("maintenance_reservation") if maintenance is None else maintenance
         nodes = fleet_nodes.window_nodes(list(hosts), slurm, canary or (), maintenance or None)
         preview = window_preview.plan(nodes, settings or {}, time.time() if now is None else now)
     except (TypeError, ValueError) as exc:
@@ -38,6 +48,15 @@ def upgrade_window(hosts, settings=None, slurm=None, canary=None, now=None, main
     reserved = fleet_nodes.reserved_reasons(slurm, maintenance or None)
     preview["reserved_reasons"] = {by_scheduler.get(name, name): why for name, why in reserved.items()}
     return preview
+
+
+def upgrade_window_run(window, upgrade, delegate_to, names, run_id, journal):
+    """What the strategy builds its one window from: the plan's nodes and settings, and the adapter's reads of the
+    fleet and drains ahead."""
+    try:
+        return drain_adapter.window_run(dict(window), dict(upgrade), delegate_to, dict(names), run_id, dict(journal))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("%supgrade_window_run: %s" % (PREFIX, exc)) from exc
 
 
 def upgrade_decision(stack_facts, health=None, fact=None):
@@ -100,6 +119,7 @@ class FilterModule:
     def filters(self):
         return {
             "upgrade_window": upgrade_window,
+            "upgrade_window_run": upgrade_window_run,
             "upgrade_decision": upgrade_decision,
             "upgrade_stack_fact": upgrade_stack_fact,
             "upgrade_report": upgrade_report,

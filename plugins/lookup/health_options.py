@@ -16,6 +16,8 @@ description:
     C(expected_nvlinks), C(expected_pcie_width), C(expected_pcie_gen), C(pcie_baseline) (what the platform gives),
     C(thresholds), C(skip_checks), C(since), C(prometheus_textfile), C(nvidia_smi_path), C(kernel_log),
     C(infiniband_root), C(settle_timeout).
+  - An option whose variable is unset takes the variable's default where it has one other than the module's -
+    C(settle_timeout) V(300), documented in C(playbooks/vars/gpuops_variables.yml) - unless O(exclude) names it.
   - C(playbooks/health_check.yml), the rolling upgrade's survey and gate, and the node-side command's configuration
     (role gpuops.cluster.gpu_healthcheck) take their options from it, so each setting reaches all of them. Only these
     variables are templated.

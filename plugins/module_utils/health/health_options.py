@@ -7,6 +7,9 @@ command's configuration (roles/gpu_healthcheck) all take their options from :fun
 lookup gpuops.cluster.health_options), so a setting reaches every one of them: ``gpuops_health_<option>`` is
 option ``<option>``. A caller leaves out, by name, what it sets itself (the upgrade writes no metrics file; the
 node command keeps its own kernel-log cursor).
+
+An option whose variable has a default other than the module's has it in :data:`DEFAULTS`, and nowhere else; the
+registry playbooks/vars/gpuops_variables.yml documents it under ``default`` and a unit test keeps the two equal.
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ OPTIONS = (
     "settle_timeout",
     "gpudirect_rdma",
 )
+# Defaults of the variables that differ from gpu_health's own. settle_timeout: the rolling upgrade's gates (the only
+# callers that take it; the health check, the survey and the node command judge the node as it runs) wait up to
+# 300 s after the node's reboot for Fabric Manager, the NVLink fabric, the NVLinks and InfiniBand before judging.
+DEFAULTS = {"settle_timeout": 300}
 
 
 def variable(option) -> str:
@@ -48,7 +55,8 @@ def variable(option) -> str:
 
 
 def health_options(variables, exclude=()) -> dict:
-    """``{option: value}`` for each ``gpuops_health_<option>`` set (not null) in ``variables``, but ``exclude``."""
+    """``{option: value}`` for each ``gpuops_health_<option>`` set (not null) in ``variables``, else its default in
+    :data:`DEFAULTS` if it has one, but those in ``exclude``."""
     if not isinstance(variables, dict):
         raise ValueError("health_options takes the host's variables as a mapping, got %r" % (variables,))
     if isinstance(exclude, str):
@@ -56,8 +64,9 @@ def health_options(variables, exclude=()) -> dict:
     unknown = sorted(set(exclude) - set(OPTIONS))
     if unknown:
         raise ValueError("exclude names %s, not health options; known: %s" % (", ".join(unknown), ", ".join(OPTIONS)))
+    values = {option: variables.get(variable(option)) for option in OPTIONS if option not in exclude}
     return {
-        option: variables[variable(option)]
-        for option in OPTIONS
-        if option not in exclude and variables.get(variable(option)) is not None
+        option: DEFAULTS.get(option) if value is None else value
+        for option, value in values.items()
+        if value is not None or option in DEFAULTS
     }

@@ -66,6 +66,68 @@ RECORD_KEYS = (
 )
 
 
+# What each adapter can do for the sliding window beyond taking a node out and giving it back. Only Slurm shows each
+# node's running job and when it ends (so the window reads the fleet again during the run) and drains a node ahead of
+# its slot (no new job; the running one finishes); Kubernetes and none do neither. Decided here, nowhere else.
+FLEET_READERS = ("slurm",)
+AHEAD_DRAINERS = ("slurm",)
+# The window's settings that come from the run's gpuops_upgrade_* settings as they are (drain_ahead is the adapter's).
+WINDOW_SETTINGS = ("max_unavailable", "per_domain", "partition_floor", "barrier", "max_job_wait")
+
+
+def reads_fleet(adapter) -> bool:
+    """Whether the adapter's scheduler shows the fleet's jobs and their ends (the window reads it during the run)."""
+    return adapter in FLEET_READERS
+
+
+def drains_ahead(adapter) -> bool:
+    """Whether the adapter can drain a node ahead of its slot (no new job while the running one finishes)."""
+    return adapter in AHEAD_DRAINERS
+
+
+def window_settings(upgrade: dict) -> dict:
+    """The window's settings from the run's upgrade settings (``upgrade_settings.settings``): ``drain_ahead`` only
+    where the adapter drains ahead (0 otherwise; the validation play refuses it above 0 without Slurm)."""
+    window = {name: upgrade.get(name) for name in WINDOW_SETTINGS}
+    window["drain_ahead"] = upgrade.get("drain_ahead") if drains_ahead(upgrade.get("drain")) else 0
+    return window
+
+
+def window_run(preview: dict, upgrade: dict, delegate_to: str, names: dict, run_id: str, journal: dict) -> dict:
+    """What the strategy gpuops.cluster.upgrade_window builds its one window from (``window_slot.WINDOW_KEYS``).
+
+    ``preview`` is the plan's (``window_preview.plan`` with ``nodes``), ``upgrade`` the run's settings, ``delegate_to``
+    the host that runs the adapter's commands (the Slurm controller), ``names`` each inventory host's scheduler name.
+    With an adapter that reads the fleet the window reads it again during the run (``refresh``); with one that drains
+    ahead and ``drain_ahead`` above 0, it drains the nodes next in line ahead of their slot (``drain_ahead``).
+    """
+    adapter, prefix = upgrade.get("drain"), upgrade.get("reason_prefix") or DEFAULT_PREFIX
+    refresh = None
+    if reads_fleet(adapter):
+        refresh = {
+            "delegate_to": delegate_to,
+            "names": dict(names),
+            "interval": int(upgrade.get("refresh_interval")),
+            "options": {"reason_prefix": prefix},
+        }
+    ahead = None
+    if drains_ahead(adapter) and int(upgrade.get("drain_ahead") or 0) > 0:
+        ahead = {
+            "delegate_to": delegate_to,
+            "names": dict(names),
+            "run_id": run_id,
+            "reason_prefix": prefix,
+            "become": True,
+        }
+    return {
+        "nodes": preview["nodes"],
+        "settings": preview["settings"],
+        "refresh": refresh,
+        "drain_ahead": ahead,
+        "journal": journal,
+    }
+
+
 def request(args: dict, inventory_hostname: str | None = None) -> dict:
     """The checked request from the task's arguments (already through the argument spec).
 

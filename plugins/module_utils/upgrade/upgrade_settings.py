@@ -87,8 +87,13 @@ RUN_SETTINGS = (
     "journal_path",
     "resume_journal",
 )
-# Window settings and the gpuops_upgrade_* variable that sets each.
-WINDOW_SETTINGS = {"per_domain": "per_domain", "partition_floor": "partition_floor"}
+# Window settings checked on each host, by the window's own parser (window_input.Settings, the one place that
+# reads a count or "N%"), and the gpuops_upgrade_* variable that sets each.
+WINDOW_SETTINGS = {
+    "max_unavailable": "max_unavailable",
+    "per_domain": "per_domain",
+    "partition_floor": "partition_floor",
+}
 
 
 def _var(name: str) -> str:
@@ -143,11 +148,11 @@ def problems(
     ahead = (
         run_settings.get("drain_ahead") if run_settings.get("drain_ahead") is not None else settings.get("drain_ahead")
     )
-    if str(ahead).strip().isdigit() and int(str(ahead).strip()) > 0 and settings.get("drain", "none") != "slurm":
+    adapter = settings.get("drain", DEFAULTS["drain"])
+    if str(ahead).strip().isdigit() and int(str(ahead).strip()) > 0 and not drain_adapter.drains_ahead(adapter):
         found.append(
             "gpuops_upgrade_drain_ahead is %s but gpuops_upgrade_drain is %s: nodes are drained ahead of their slot "
-            "only through Slurm; set gpuops_upgrade_drain: slurm, or gpuops_upgrade_drain_ahead: 0"
-            % (ahead, settings.get("drain", "none"))
+            "only through Slurm; set gpuops_upgrade_drain: slurm, or gpuops_upgrade_drain_ahead: 0" % (ahead, adapter)
         )
     for name, key in WINDOW_SETTINGS.items():
         if name in settings:
@@ -166,11 +171,6 @@ def problems(
             "gpuops_upgrade_domains is %r; map each kind of failure domain to this host's member, "
             "such as {rack: r07, nvlink: nvl72-3}" % (domains,)
         )
-    if "max_unavailable" in settings:
-        try:
-            window_input.size_of(settings["max_unavailable"], 100, "gpuops_upgrade_max_unavailable:")
-        except ValueError as exc:
-            found.append(str(exc))
     if groups is not None:
         found.extend(canary_problems(run_settings.get("canary_group"), groups, fleet or ()))
     for name in RUN_SETTINGS:
@@ -192,12 +192,9 @@ def run_problems(max_unavailable, fleet_size: int, forks=None, per_domain=None, 
     A value that is itself invalid is reported by :func:`problems`, not here.
     """
     found = []
+    given = window_input.DEFAULTS["max_unavailable"] if max_unavailable in (None, "") else max_unavailable
     try:
-        window = window_input.size_of(
-            window_input.DEFAULTS["max_unavailable"] if max_unavailable in (None, "") else max_unavailable,
-            max(int(fleet_size), 1),
-            "max_unavailable",
-        )
+        window = window_input.Settings({"max_unavailable": given}, int(fleet_size)).max_unavailable
     except ValueError:
         window = None
     if window is not None and forks is not None and not isinstance(forks, bool):
@@ -214,7 +211,7 @@ def run_problems(max_unavailable, fleet_size: int, forks=None, per_domain=None, 
                 % (
                     forks,
                     window,
-                    window_input.DEFAULTS["max_unavailable"] if max_unavailable in (None, "") else max_unavailable,
+                    given,
                     fleet_size,
                     window,
                     window,

@@ -34,8 +34,16 @@ def test_set_values_become_options_null_and_other_variables_do_not():
         "gpuops_health_level": "standard",  # the caller's own, not in the table
         "gpuops_target_hosts": "gpu_nodes",
     }
-    assert health_options.health_options(variables) == {"expected_gpu_count": 8, "expected_ib_port_count": 4}
-    assert health_options.health_options(variables, ["expected_gpu_count"]) == {"expected_ib_port_count": 4}
+    defaults = {"settle_timeout": 300}  # the gate's wait, when unset
+    assert health_options.health_options(variables) == {
+        "expected_gpu_count": 8,
+        "expected_ib_port_count": 4,
+        **defaults,
+    }
+    assert health_options.health_options(variables, ["expected_gpu_count", "settle_timeout"]) == {
+        "expected_ib_port_count": 4
+    }
+    assert health_options.health_options({"gpuops_health_settle_timeout": 0}, ["since"]) == {"settle_timeout": 0}
 
 
 @pytest.mark.parametrize(
@@ -81,16 +89,17 @@ PLATFORM = {
 def test_the_platform_settings_reach_the_module_the_gate_and_the_node_command():
     """What the platform gives is a gpuops_health_* setting (issue 26): every caller of the table gets it."""
     expected = {name[len(health_options.PREFIX) :]: value for name, value in PLATFORM.items()}
-    assert health_options.health_options(PLATFORM) == expected  # playbooks/health_check.yml
-    gate = ["expected_driver_version", "prometheus_textfile", "settle_timeout"]  # roles/rolling_upgrade/vars
-    assert health_options.health_options(PLATFORM, gate) == expected
+    assert health_options.health_options(PLATFORM, ["settle_timeout"]) == expected  # playbooks/health_check.yml
+    gate = ["expected_driver_version", "prometheus_textfile"]  # roles/rolling_upgrade/vars
+    assert health_options.health_options(PLATFORM, gate) == {**expected, "settle_timeout": 300}
     command = health_options.health_options(PLATFORM, ["since", "settle_timeout", "prometheus_textfile"])
     assert command == expected  # roles/gpu_healthcheck/vars/main.yml
     assert set(command) <= set(node_command.CONFIG_DEFAULTS)
     judged = node_command.evaluate_options(node_command.load_config(None, command))  # checked key by key
     assert {key: judged[key] for key in command} == expected
     loader = DataLoader()
-    assert LookupModule(loader=loader, templar=Templar(loader, PLATFORM)).run([], PLATFORM) == [expected]
+    lookup = LookupModule(loader=loader, templar=Templar(loader, PLATFORM))
+    assert lookup.run([], PLATFORM, exclude=["settle_timeout"]) == [expected]
 
 
 def test_each_documented_default_is_the_modules_and_the_node_commands():
@@ -103,6 +112,18 @@ def test_each_documented_default_is_the_modules_and_the_node_commands():
         if "default" in entries[health_options.variable(option)]
     }
     assert set(documented) >= {"expected_nvlinks", "expected_pcie_width", "expected_pcie_gen", "pcie_baseline"}
+    assert {option: documented[option] for option in health_options.DEFAULTS} == health_options.DEFAULTS
     for option, default in documented.items():
+        if option in health_options.DEFAULTS:
+            continue  # the variable's own default (the gate's settle wait), not the module's: one source, above
         assert spec[option].get("default") == default, option
         assert node_command.CONFIG_DEFAULTS[option][0] == default, option
+
+
+def test_the_gate_waits_the_documented_settle_timeout_unless_set():
+    """The rolling upgrade's gate options: gpuops_health_settle_timeout, 300 when unset (its one source)."""
+    gate = ["expected_driver_version", "prometheus_textfile"]  # roles/rolling_upgrade/vars/main.yml
+    assert health_options.health_options({}, gate) == {"settle_timeout": 300}
+    assert health_options.health_options({"gpuops_health_settle_timeout": None}, gate) == {"settle_timeout": 300}
+    assert health_options.health_options({"gpuops_health_settle_timeout": 45}, gate) == {"settle_timeout": 45}
+    assert gpu_health.argument_spec()["settle_timeout"]["default"] == 0  # a direct module call judges at once

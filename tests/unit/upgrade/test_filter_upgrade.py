@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter import upgrade
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgrade_settings, window_slot
 
 
 def test_filters_are_registered():
     assert set(upgrade.FilterModule().filters()) == {
         "upgrade_window",
+        "upgrade_window_run",
         "upgrade_decision",
         "upgrade_stack_fact",
         "upgrade_report",
@@ -106,3 +108,45 @@ def test_upgrade_report_adds_the_summary():
 def test_upgrade_drain_record_errors_carry_the_filter_name():
     with pytest.raises(AnsibleFilterError, match=r"gpuops\.cluster\.upgrade_drain_record: unknown drain adapter"):
         upgrade.upgrade_drain_record("slrum")
+
+
+def test_upgrade_window_takes_the_run_settings_through_the_adapter():
+    run = upgrade_settings.settings({"gpuops_upgrade_max_unavailable": "50%", "gpuops_upgrade_drain_ahead": 2})
+    result = upgrade.upgrade_window(HOSTS, upgrade=run, now=0)
+    assert result["settings"]["max_unavailable"] == 2  # 50% of 4 hosts, read once here
+    assert result["settings"]["drain_ahead"] == 0  # the run's adapter (none) does not drain ahead
+    slurm = dict(run, drain="slurm")
+    assert upgrade.upgrade_window(HOSTS, upgrade=slurm, now=0)["settings"]["drain_ahead"] == 2
+    with pytest.raises(AnsibleFilterError, match="upgrade_window: set settings or upgrade, not both"):
+        upgrade.upgrade_window(HOSTS, {"max_unavailable": 1}, upgrade=run)
+
+
+def test_upgrade_window_run_is_the_plans_window_with_the_adapters_services():
+    journal = {"path": "/var/tmp/r1.journal.jsonl", "run_id": "r1", "target": "gpu_nodes {}", "resume": "auto"}
+    names = {"a": "gpu-a", "b": "gpu-b"}
+    run = upgrade_settings.settings({"gpuops_upgrade_drain": "slurm", "gpuops_upgrade_drain_ahead": 3})
+    window = upgrade.upgrade_window(HOSTS, upgrade=run, now=0)
+    result = upgrade.upgrade_window_run(window, run, "ctl", names, "r1", journal)
+    assert set(result) == set(window_slot.WINDOW_KEYS)
+    assert (result["nodes"], result["settings"], result["journal"]) == (window["nodes"], window["settings"], journal)
+    assert result["refresh"] == {
+        "delegate_to": "ctl",
+        "names": names,
+        "interval": 60,
+        "options": {"reason_prefix": "gpuops-upgrade"},
+    }
+    assert result["drain_ahead"] == {
+        "delegate_to": "ctl",
+        "names": names,
+        "run_id": "r1",
+        "reason_prefix": "gpuops-upgrade",
+        "become": True,
+    }
+    no_ahead = upgrade.upgrade_window_run(window, dict(run, drain_ahead=0), "ctl", names, "r1", journal)
+    assert no_ahead["drain_ahead"] is None
+    assert no_ahead["refresh"] is not None
+    for adapter in ("kubernetes", "none"):
+        other = upgrade.upgrade_window_run(window, dict(run, drain=adapter), "localhost", names, "r1", journal)
+        assert (other["refresh"], other["drain_ahead"]) == (None, None), adapter
+    with pytest.raises(AnsibleFilterError, match="upgrade_window_run: "):
+        upgrade.upgrade_window_run({"settings": {}}, run, "ctl", names, "r1", journal)

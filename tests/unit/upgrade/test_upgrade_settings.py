@@ -9,7 +9,11 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from ansible_collections.gpuops.cluster.plugins.lookup.upgrade_settings import LookupModule
 from ansible_collections.gpuops.cluster.plugins.module_utils import host_validation, variable_registry, variable_values
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgrade_settings, window_input
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
+    drain_adapter,
+    upgrade_settings,
+    window_input,
+)
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.upgrade_settings import canary_problems, problems
 
 SPECS = variable_registry.load_specs()
@@ -178,7 +182,9 @@ def test_good_window_settings_and_domains_pass():
 
 def test_bad_max_unavailable_is_reported():
     found = problems(dict(DEFAULTS, max_unavailable="150%"), dict(RUN, max_unavailable="150%"))
-    assert found == ["gpuops_upgrade_max_unavailable: size '150%' must be a percentage above 0% and at most 100%"]
+    assert found == [
+        "gpuops_upgrade_max_unavailable: max_unavailable size '150%' must be a percentage above 0% and at most 100%"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -368,3 +374,20 @@ def test_the_lookup_gives_the_command_lines_strings_as_their_types():
     (found,) = LookupModule(loader=loader, templar=Templar(loader, variables)).run([], variables)
     assert found["plan_only"] is True
     assert found["max_job_wait"] == 1800
+
+
+def test_only_the_adapter_that_drains_ahead_may_have_drain_ahead():
+    """The decision is the drain adapter's (drain_adapter.drains_ahead), the check names what to set."""
+    assert [adapter for adapter in drain_adapter.ADAPTERS if drain_adapter.drains_ahead(adapter)] == ["slurm"]
+    assert [adapter for adapter in drain_adapter.ADAPTERS if drain_adapter.reads_fleet(adapter)] == ["slurm"]
+    for adapter in ("kubernetes", "none"):
+        (found,) = problems({"drain": adapter, "drain_ahead": 2})
+        assert found.startswith("gpuops_upgrade_drain_ahead is 2 but gpuops_upgrade_drain is %s" % adapter)
+    assert problems({"drain_ahead": "1"})
+    assert not problems({"drain_ahead": 0})
+    assert (
+        drain_adapter.window_settings(dict(upgrade_settings.DEFAULTS, drain="none", drain_ahead=4))["drain_ahead"] == 0
+    )
+    assert (
+        drain_adapter.window_settings(dict(upgrade_settings.DEFAULTS, drain="slurm", drain_ahead=4))["drain_ahead"] == 4
+    )
