@@ -265,3 +265,15 @@ def test_the_setting_reaches_the_module_the_gate_and_the_node_command(tmp_path):
     path.write_text('{"gpudirect_rdma": "on"}')
     with pytest.raises(node_command.ConfigError, match="gpudirect_rdma"):
         node_command.load_config(str(path))
+
+
+def test_the_hcas_of_an_infiniband_fixture_tree_eight_ndr_and_one_roce():
+    """tests/fixtures/infiniband/healthy-8x-ndr: a sysfs tree in the kernel's formats (README there)."""
+    reading = gpudirect_rdma.read(str(FIXTURES / "infiniband/healthy-8x-ndr"))
+    layers = {hca["device"]: hca["link_layers"] for hca in reading["hcas"]}
+    assert len(layers) == 9
+    assert sorted(map(tuple, layers.values())).count(("InfiniBand",)) == 8
+    assert ("Ethernet",) in map(tuple, layers.values())
+    # that tree has no /proc: no module loaded, the kernel and the symbols unknown; auto cannot choose, fails closed
+    assert (reading["flavor"], reading["kernel"], reading["peer_memory_symbols"]) == (None, None, None)
+    assert gpudirect_rdma.decide(reading)["status"] == "fail"
