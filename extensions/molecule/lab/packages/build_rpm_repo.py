@@ -146,20 +146,8 @@ def evr(package: dict) -> str:
 
 def stage(package: dict, staging: Path, spec: dict, armored_key: bytes) -> None:
     """The package's files: build_repo.py's stand-ins, systemd units under /usr/lib (RHEL's unit directory)."""
-    own = ("epel-repo", "dcgm-exporter")
-    debian_like = {"values": package["values"], "contents": [c for c in package["contents"] if c not in own]}
+    debian_like = {"values": package["values"], "contents": [c for c in package["contents"] if c != "epel-repo"]}
     build_repo.stage_contents(staging, debian_like)
-    if "dcgm-exporter" in package["contents"]:
-        daemon = {
-            "name": "dcgm-exporter",
-            "version": package["version"],
-            "ready": "dcgm-exporter-ready",
-            "precheck": ":",
-        }
-        after = "After=nvidia-dcgm.service\n"
-        build_repo.add_service(
-            staging, "nvidia-dcgm-exporter.service", "NVIDIA DCGM Exporter (gpuops lab)", daemon, after
-        )
     shutil.rmtree(staging / "DEBIAN", ignore_errors=True)  # the .deb's maintainer scripts; SCRIPTS stand in
     if (staging / "lib").exists():
         (staging / "usr/lib").mkdir(parents=True, exist_ok=True)
