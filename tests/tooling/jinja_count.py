@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Count Jinja expressions in role YAML, and the multi-line ones that carry logic.
 
-Usage: jinja_count.py [ROOT ...]   (default: roles)
-       jinja_count.py --list [ROOT ...]   also print where each multi-line one with logic starts
+Usage: python tests/tooling/jinja_count.py [ROOT ...]   (default: roles)
+       python tests/tooling/jinja_count.py --list [ROOT ...]   also print where each multi-line one with logic starts
 
 An expression is a ``{{ ... }}`` or ``{% ... %}`` block in a ``.yml``/``.yaml``
 file. It spans more than one line when a newline falls between its opening and
