@@ -54,10 +54,30 @@ options:
     description:
       - The resolved stack's C(container_toolkit.mode) is C(auto) (gpuops_stack.container_toolkit), so the NVIDIA
         Container Toolkit's packages and pins (O(requested[].component=container_toolkit)) stay out of this read on a
-        node where no container runtime (containerd, dockerd, crio, enroot in C(/usr/bin) or C(/usr/local/bin)) is
-        present. C(gpu_stack.container_runtimes) lists those found either way.
+        node where no container runtime (containerd, dockerd, crio, enroot in C(/usr/bin), C(/usr/sbin) or
+        C(/usr/local/bin)) is present. C(gpu_stack.container_runtimes) lists those found either way.
     type: bool
     default: false
+  container_runtime:
+    description:
+      - Where O(requested) has the NVIDIA Container Toolkit, whether the runtimes present and the CDI specification
+        need C(gpuops.cluster.nvidia_container_runtime) this pass, read from files only (no command), in
+        C(gpu_stack.container_runtime.reasons) (empty when nothing is to do).
+    type: dict
+    suboptions:
+      runtimes:
+        description: The runtimes the role configures.
+        type: list
+        elements: str
+        default: [containerd, docker, crio]
+      cdi:
+        description: CDI is enabled in containerd and Docker.
+        type: bool
+        default: true
+      set_as_default:
+        description: The nvidia runtime is the default one.
+        type: bool
+        default: false
   packages:
     description: More package names to report, without a requested version (no drift for them).
     type: list
@@ -267,6 +287,11 @@ ansible_facts:
           type: dict
           returned: always
           sample: {"nvidia-fabricmanager": {"active": true, "enabled": true}}
+        container_runtime:
+          description: With O(container_runtime), C(reasons) the runtimes or the CDI specification need configuring.
+          type: dict
+          returned: when O(container_runtime) is set and the requested stack has the NVIDIA Container Toolkit
+          sample: {"reasons": ["docker: no runtimes.nvidia"]}
         container_runtimes:
           description: The container runtimes present on the node (C(containerd), C(crio), C(docker), C(enroot)).
           type: list
@@ -339,6 +364,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner impo
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
     apt_pinning,
+    container_runtime_state,
     container_toolkit,
     os_repositories,
     package_index,
@@ -550,6 +576,14 @@ def main():
                 "options": stack_facts.PACKAGE_OPTIONS,
             },
             "container_toolkit_auto": {"type": "bool", "default": False},
+            "container_runtime": {
+                "type": "dict",
+                "options": {
+                    "runtimes": {"type": "list", "elements": "str", "default": ["containerd", "docker", "crio"]},
+                    "cdi": {"type": "bool", "default": True},
+                    "set_as_default": {"type": "bool", "default": False},
+                },
+            },
             "packages": {"type": "list", "elements": "str", "default": []},
             "loaded_version_path": {"type": "path", "default": "/proc/driver/nvidia/version"},
             "nvidia_smi": {"type": "bool", "default": True},
@@ -663,6 +697,12 @@ def main():
     }
     if index is not None:
         facts["index"] = index
+    wanted_runtime = params["container_runtime"]
+    if wanted_runtime is not None and any(item.get("component") == "container_toolkit" for item in requested_list):
+        reasons = container_runtime_state.reasons(
+            runtimes, wanted_runtime["runtimes"], wanted_runtime["cdi"], wanted_runtime["set_as_default"], nvml_facts
+        )
+        facts["container_runtime"] = {"reasons": reasons}
     if loaded is None:
         facts["loaded_reason"] = loaded_reason
     if nvml_facts is None:

@@ -10,11 +10,11 @@ module: nvidia_container_runtime
 short_description: Configure containerd, Docker and CRI-O for the NVIDIA Container Toolkit and keep its CDI spec true
 version_added: 0.4.0
 description:
-  - For each runtime of O(runtimes) present on the node (C(containerd), C(dockerd) or C(crio) in C(/usr/bin) or
-    C(/usr/local/bin)), runs C(nvidia-ctk runtime configure) on a scratch copy of the runtime's configuration, compares
-    what it wrote with the node's files and replaces only the files that differ, so check mode predicts the run and a
-    re-run changes nothing. Then checks what the tool wrote holds the NVIDIA runtime (and CDI); a file without it
-    fails the module before it is written.
+  - For each runtime of O(runtimes) present on the node (C(containerd), C(dockerd) or C(crio) in C(/usr/bin),
+    C(/usr/sbin) or C(/usr/local/bin)), runs C(nvidia-ctk runtime configure) on a scratch copy of the runtime's
+    configuration, compares what it wrote with the node's files and replaces only the files that differ, so check
+    mode predicts the run and a re-run changes nothing. Then checks what the tool wrote holds the NVIDIA runtime
+    (and CDI); a file without it fails the module before it is written.
   - containerd with config version 2 or 3 gets the drop-in O(containerd_drop_in) (nvidia-ctk copies the whole CRI
     plugin section into it, as containerd before 2.1 does not merge plugin tables) and its directory in the main
     file's C(imports), every other import kept; version 1 (a config.toml without C(version)) has no drop-ins and

@@ -119,14 +119,16 @@ options:
     default: true
   unattended_upgrades_patterns:
     description:
-      - Extra blacklist entries besides the exact pinned names. unattended-upgrades matches each with Python
-        C(re.match), so an entry is a regular expression anchored at the start of the package name.
-      - The default keeps unattended-upgrades away from every NVIDIA driver, library, CUDA, NCCL and DCGM package,
-        pinned or not; C(nvidia-) also covers C(nvidia-container-toolkit), whose updates then come through this
-        collection. Set V([]) to blacklist only the pinned names.
+      - Extra blacklist entries besides the pinned names (exact names, and the globs of the pins). unattended-upgrades
+        matches each with Python C(re.match), so an entry is a regular expression anchored at the start of the
+        package name.
+      - By default the blacklist covers what this collection pins and nothing else, so an NVIDIA package the
+        operator installed by hand (a Container Toolkit outside gpuops_stack) keeps its unattended security
+        updates. V([nvidia-, libnvidia-, libnccl, cuda-, datacenter-gpu-manager]) keeps unattended-upgrades away
+        from every such package, pinned or not.
     type: list
     elements: str
-    default: [nvidia-, libnvidia-, libnccl, cuda-, datacenter-gpu-manager]
+    default: []
   dnf_module_stream:
     description:
       - A dnf module stream to enable (or switch to) with O(state=present) on dnf,

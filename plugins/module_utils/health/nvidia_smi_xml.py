@@ -238,6 +238,7 @@ def _gpu(element, index):
         "vbios_version": reader.value("vbios_version"),
         "persistence_mode": reader.flag("persistence_mode"),
         "mig_mode": {"current": reader.flag("mig_mode/current_mig"), "pending": reader.flag("mig_mode/pending_mig")},
+        "mig_devices": len(element.findall("mig_devices/mig_device")),
         "ecc_mode": {"current": reader.flag("ecc_mode/current_ecc"), "pending": reader.flag("ecc_mode/pending_ecc")},
         "ecc_errors": {
             "volatile": _ecc_counts(reader, "volatile"),

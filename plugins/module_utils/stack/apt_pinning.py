@@ -37,6 +37,11 @@ _NAME_RE = re.compile(r"^[a-z0-9*?][a-z0-9.+*?-]*$")
 # A Debian version: optional epoch, no whitespace.
 _VERSION_RE = re.compile(r"^[0-9A-Za-z.+~:*-]+$")
 _REGEX_SPECIAL = set(".^$+?*()[]{}|\\")
+# A glob of the stack's pins that would also match another product's packages leaves them out of the
+# unattended-upgrades entry: the driver's libnvidia-* (its libraries on Debian) is not libnvidia-container1 and
+# libnvidia-container-tools, the NVIDIA Container Toolkit's (NVIDIA/libnvidia-container), pinned and blacklisted by
+# their own exact names only where the stack has the toolkit (gpuops_stack.container_toolkit).
+GLOB_LEAVES_OUT = {"libnvidia-": "container"}
 
 
 class PinningError(ValueError):
@@ -188,6 +193,7 @@ def blacklist_entry(name: str) -> str:
     """The unattended-upgrades regex matching exactly ``name`` (an apt glob becomes ``.*``/``.``)."""
     _check_name(name)
     out = []
+    prefix = name.split("*", 1)[0] if "*" in name else None
     for ch in name:
         if ch == "*":
             out.append(".*")
@@ -197,6 +203,8 @@ def blacklist_entry(name: str) -> str:
             out.append("\\" + ch)
         else:
             out.append(ch)
+        if prefix is not None and prefix in GLOB_LEAVES_OUT and len(out) == len(prefix):
+            out.append("(?!%s)" % GLOB_LEAVES_OUT[prefix])
     return "".join(out) + "$"
 
 

@@ -31,13 +31,11 @@ AUTO = "auto"
 # Unset means no toolkit until the nvidia_stack role configures the runtimes for it (docs/container-toolkit.md).
 DEFAULT = "false"
 # Where the nvidia_stack role looks for a container runtime (gpu_stack_facts, option container_toolkit_auto):
-# the binaries Debian/Ubuntu (containerd, docker.io, cri-o) and Docker's/NVIDIA's packages (containerd.io, docker-ce,
-# enroot) install.
+# the binaries Debian/Ubuntu (containerd, docker.io: /usr/sbin/dockerd, cri-o) and Docker's/NVIDIA's packages
+# (containerd.io, docker-ce: /usr/bin/dockerd, enroot) install.
 RUNTIME_BINARIES = {
-    "containerd": ("/usr/bin/containerd", "/usr/local/bin/containerd"),
-    "docker": ("/usr/bin/dockerd", "/usr/local/bin/dockerd"),
-    "crio": ("/usr/bin/crio", "/usr/local/bin/crio"),
-    "enroot": ("/usr/bin/enroot", "/usr/local/bin/enroot"),
+    name: tuple("%s/%s" % (directory, binary) for directory in ("/usr/bin", "/usr/sbin", "/usr/local/bin"))
+    for name, binary in (("containerd", "containerd"), ("docker", "dockerd"), ("crio", "crio"), ("enroot", "enroot"))
 }
 _RELEASE_RE = re.compile(r"\d+\.\d+\.\d+", re.ASCII)
 _TRUE = ("true", "yes", "on")

@@ -142,7 +142,7 @@ MODULE_KWARGS = dict(
         "unattended_upgrades_patterns": {
             "type": "list",
             "elements": "str",
-            "default": ["nvidia-", "libnvidia-", "libnccl", "cuda-", "datacenter-gpu-manager"],
+            "default": [],
         },
         "versionlock_path": {"type": "path", "default": "/etc/dnf/plugins/versionlock.list"},
         "dnf_module_stream": {"type": "str"},

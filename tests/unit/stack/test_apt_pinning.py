@@ -129,9 +129,17 @@ def test_blacklist_entry_matches_exactly_with_re_match(name, entry):
 
 def test_blacklist_entry_for_a_glob():
     entry = ap.blacklist_entry("libnvidia-*-550")
-    assert entry == "libnvidia-.*-550$"
+    assert entry == "libnvidia-(?!container).*-550$"
     assert re.match(entry, "libnvidia-compute-550")
     assert not re.match(entry, "libnvidia-compute-570")
+
+
+def test_the_drivers_library_glob_leaves_the_container_toolkits_libraries_out():
+    entry = ap.blacklist_entry("libnvidia-*")  # Debian's driver pins
+    assert re.match(entry, "libnvidia-ml1")
+    assert not re.match(entry, "libnvidia-container1")
+    assert not re.match(entry, "libnvidia-container-tools")
+    assert ap.blacklist_covers("libnvidia-container1", [entry, ap.blacklist_entry("libnvidia-container1")])
 
 
 def test_render_blacklist_and_parse_it_back():

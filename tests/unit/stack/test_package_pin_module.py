@@ -51,8 +51,9 @@ def test_present_writes_files_and_holds_in_one_call(run_module, node, paths):
     assert "Package: libnvidia-*-550 nvidia-driver-550\nPin: version 550.127.08-1\nPin-Priority: 1001\n" in pref
     assert "Package: libnccl2\nPin: version 2.21.5-1+cuda12.4\n" in pref
     blacklist = Path(paths["unattended_upgrades_path"]).read_text()
-    assert '    "libnvidia-.*-550$";' in blacklist
-    assert '    "nvidia-";' in blacklist
+    assert '    "libnvidia-(?!container).*-550$";' in blacklist
+    assert '    "nvidia-driver-550$";' in blacklist
+    assert '    "nvidia-";' not in blacklist  # only what the collection pins, by default
     for path in (paths["preferences_path"], paths["unattended_upgrades_path"]):
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
 

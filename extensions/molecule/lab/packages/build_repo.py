@@ -40,6 +40,33 @@ SIMULATOR = HERE.parent / "nvidia-smi" / "nvidia_smi_sim.py"
 SIMULATOR_MIG = HERE.parent / "nvidia-smi" / "nvidia_smi_mig.py"  # imported by the simulator
 DCGMI = HERE.parent / "gpu-tools" / "dcgmi_sim.py"
 EXPORTER = HERE.parent / "dcgm-exporter" / "dcgm_exporter_sim.py"
+NVIDIA_CTK = HERE.parent / "nvidia-ctk" / "nvidia_ctk_sim.py"
+# The Container Toolkit's CDI refresh units as the stand-in nvidia-container-toolkit ships them: the names, the
+# directory and the ExecStart, Environment and [Install] of NVIDIA/nvidia-container-toolkit deployments/systemd at
+# v1.20.0 (packaging/debian/nvidia-container-toolkit.install: /lib/systemd/system/). Without the real ExecCondition
+# (it greps the running kernel's modules.dep for nvidia.ko, which a lab container does not have) and the
+# nvidia-smi -L step, so that the lab's boot regenerates the specification from the simulated GPUs.
+CDI_REFRESH_SERVICE = """[Unit]
+Description=Refresh NVIDIA CDI specification file (gpuops lab stand-in)
+ConditionPathExists=/usr/bin/nvidia-ctk
+
+[Service]
+Type=oneshot
+Environment=NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=/var/run/cdi/nvidia.yaml
+ExecStart=/usr/bin/nvidia-ctk cdi generate
+
+[Install]
+WantedBy=multi-user.target
+"""
+CDI_REFRESH_PATH = """[Unit]
+Description=Trigger CDI refresh on NVIDIA driver or toolkit install / upgrade events (gpuops lab stand-in)
+
+[Path]
+PathChanged=/usr/bin/nvidia-ctk
+
+[Install]
+WantedBy=multi-user.target
+"""
 KEY_UID = "gpuops lab stand-in NVIDIA repository <lab@gpuops.invalid>"
 RESOLVER = "ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_resolver"
 WRONG_KEY_UID = "gpuops lab WRONG key <wrong@gpuops.invalid>"
@@ -290,6 +317,12 @@ def stage_contents(staging: Path, package: dict) -> None:
             write(staging / "DEBIAN/postinst", MAINTSCRIPT.format(stop=""), 0o755)
             write(staging / "DEBIAN/postrm", MAINTSCRIPT.format(stop=""), 0o755)
             write(staging / "DEBIAN/conffiles", "/etc/dcgm-exporter/default-counters.csv\n")
+        elif content == "nvidia-ctk":
+            # nvidia-container-toolkit-base ships /usr/bin/nvidia-ctk (its packaging/debian/*.install)
+            write(staging / "usr/bin/nvidia-ctk", NVIDIA_CTK.read_text(encoding="utf-8"), 0o755)
+        elif content == "cdi-refresh":
+            write(staging / "lib/systemd/system/nvidia-cdi-refresh.service", CDI_REFRESH_SERVICE)
+            write(staging / "lib/systemd/system/nvidia-cdi-refresh.path", CDI_REFRESH_PATH)
         else:
             raise SystemExit(f"build-repo: unknown contents {content!r} for {package['name']}")
 
