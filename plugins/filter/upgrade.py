@@ -17,6 +17,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
     fleet_nodes,
     run_journal,
     upgrade_record,
+    upgrade_settings,
     window_preview,
 )
 
@@ -30,13 +31,15 @@ def upgrade_window(hosts, settings=None, slurm=None, canary=None, now=None, main
     (``drain_adapter.window_settings``), instead of ``settings``, and the maintenance reservation unless given.
     """
     try:
+        now = time.time() if now is None else now
         if upgrade is not None:
             if settings:
                 raise ValueError("set settings or upgrade, not both")
             settings = drain_adapter.window_settings(dict(upgrade))
+            settings["deadline"] = upgrade_settings.deadline_at(upgrade.get("deadline"), now)
             maintenance = upgrade.get("maintenance_reservation") if maintenance is None else maintenance
         nodes = fleet_nodes.window_nodes(list(hosts), slurm, canary or (), maintenance or None)
-        preview = window_preview.plan(nodes, settings or {}, time.time() if now is None else now)
+        preview = window_preview.plan(nodes, settings or {}, now)
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError("%supgrade_window: %s" % (PREFIX, exc)) from exc
     preview["lines"] = window_preview.describe(preview)

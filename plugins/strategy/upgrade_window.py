@@ -19,13 +19,20 @@ description:
     the whole fleet, each a mapping C(name), C(domains) (such as C(rack=r01)), C(partitions), C(gpus), C(state)
     (V(idle), V(busy), V(drained_by_others), V(down), V(reserved)), C(job_end) (epoch seconds or null), C(canary),
     C(done); C(settings) the window's settings (C(max_unavailable), C(per_domain), C(partition_floor), C(spread_by),
-    C(granularity), C(halt_on_failure), C(barrier), C(max_job_wait), C(drain_ahead);
+    C(granularity), C(halt_on_failure), C(barrier), C(max_job_wait), C(drain_ahead), C(deadline);
     C(module_utils/upgrade/window_input.py)); and C(refresh), C(journal) and C(drain_ahead) as below (each optional). A
     window that cannot be built (the variable unset or wrong, a bad setting) admits no host; each passes its slot task
     not admitted, saying why."
-  - When nothing is in flight and nothing else can start, the hosts still waiting for their jobs pass their slot task
-    not admitted, deferred, with the job's end in the reason. A host whose release says C(deferred) (its jobs outlasted
-    the wait; it is back in service) gives its slot back without counting as upgraded.
+  - The run finishes the fleet. A host waiting for its job stays in service and waits at its slot, the window reading
+    the fleet at its C(refresh) interval, and is admitted as its job nears its end; the run stops waiting at the
+    window's C(deadline) setting (epoch seconds; unset, the latest EndTime of the jobs running when the window is
+    built; 0, whenever nothing is in flight). When nothing is in flight and nothing else can start, a host whose job
+    has no known end or ends after the deadline, and every host still waiting once it passed, passes its slot task not
+    admitted, deferred, with the job's end in the reason. A re-run continuing the run (C(journal)) keeps its deadline.
+    A host whose release says C(deferred) (its jobs outlasted the wait; it is back in service) gives its slot back
+    without counting as upgraded.
+  - Progress. Each admission and release prints one line (nodes done, in flight, waiting, deferred, and until when the
+    run waits for jobs), and the journal's C(admit) and C(release) entries carry the same (C(progress)).
   - A host's slot comes back the moment its C(gpuops.cluster.upgrade_slot) task with C(state=released) has run (a
     skipped one gives nothing back), and the next admitted host starts at once; no host waits for an unrelated one, as
     Ansible's C(serial) batches make it wait for the slowest of its batch.
@@ -74,17 +81,22 @@ from ansible.executor.play_iterator import IteratingStates
 from ansible.playbook.task import Task
 from ansible.plugins.strategy.free import StrategyModule as FreeStrategyModule
 from ansible.template import Templar
+from ansible.utils.display import Display
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
     fleet_refresh,
     run_journal,
     upgrade_settings,
     window_input,
+    window_preview,
     window_slot,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window
 
 # Seconds a read of the fleet waits for a worker when nothing is in flight (the last workers are ending).
 FORK_WAIT = 5
+# s between looks while nothing runs and the window waits for jobs to end (before its deadline)
+JOB_WAIT_POLL = 1.0
+display = Display()
 REFRESH_TASK = "Read the fleet again for the window (gpuops.cluster.slurm_fleet)"
 DRAIN_AHEAD_TASK = "Drain the node ahead of its slot (gpuops.cluster.slurm_drain)"
 UNDRAIN_TASK = "Give the node drained ahead back to its scheduler (gpuops.cluster.slurm_drain)"
@@ -169,6 +181,7 @@ class StrategyModule(FreeStrategyModule):
         # host name -> (its iterator state, state_key, the next task, its slot_state): the last look at the host's
         # next task, valid while the host's state is the same object with the same key (see _next_task)
         self._next_tasks: dict = {}
+        self._sleeper = None  # the host shown blocked while the window waits for jobs, with nothing running
 
     def run(self, iterator, play_context):
         self._play_context = play_context
@@ -197,9 +210,13 @@ class StrategyModule(FreeStrategyModule):
         Hidden: the hosts waiting for their slot, and the hosts done with the play (the loop would only find
         no task for them; one stays, so that the loop still ends the play as it would).
         """
+        if self._sleeper is not None:  # shown blocked on the last pass while the window waited for jobs
+            self._blocked_hosts[self._sleeper] = False
+            self._sleeper = None
         hosts = super().get_hosts_left(iterator)
         visible = []
         waiting = []
+        still = []
         ended = None  # a host done with the play
         blocked = self._blocked_hosts
         for host in hosts:
@@ -238,6 +255,14 @@ class StrategyModule(FreeStrategyModule):
             shown = {host.name for host in visible}
             for name in {name for name, _action in self._ahead_tasks.values()} - shown:
                 visible.append(self._inventory.get_host(name))
+        if not visible and still and self._window is not None and self._window.waiting_for_jobs(time.time()):
+            # Nothing runs and the window waits for jobs to end (before its deadline): one waiting host is shown
+            # blocked, with no task, so the loop goes on; it looks again after a pause (nothing can change sooner
+            # than a job's end or the next read of the fleet).
+            self._sleeper = still[0].name
+            self._blocked_hosts[self._sleeper] = True
+            visible.append(still[0])
+            time.sleep(JOB_WAIT_POLL)
         if not visible and ended is not None:
             visible.append(ended)  # nothing else to look at: the loop finds no work and ends the play
         return visible
@@ -294,6 +319,8 @@ class StrategyModule(FreeStrategyModule):
                 self._set_ahead(args.get("drain_ahead"))
                 if self._ahead is None and isinstance(settings, dict) and settings.get("drain_ahead"):
                     settings = dict(settings, drain_ahead=0)  # nowhere to drain ahead: the window drains none
+                if resume.get("deadline") is not None and isinstance(settings, dict):
+                    settings = dict(settings, deadline=resume["deadline"])  # the run it continues set it
                 self._window = Window(nodes, settings, now)
                 self._drained_ahead.update(self._window.drained_ahead)  # a crashed run's, from Slurm or its journal
                 self._set_refresh(args.get("refresh"), now)
@@ -307,6 +334,7 @@ class StrategyModule(FreeStrategyModule):
                         resumed=list(self._window.resumed),
                         in_service_out=list(self._window.unavailable),
                         settings=self._window.settings.as_dict(),
+                        deadline=self._window.deadline,  # a re-run continuing this one keeps it
                         torn=self._journal.torn,  # bytes of a torn last line cut off before this entry
                     )
             except ValueError as error:
@@ -358,8 +386,8 @@ class StrategyModule(FreeStrategyModule):
                 continue
             self._write_pass(name)
             passing.append(host)
-        if not passing and not self._holding and not window.in_flight and fresh:
-            # Nothing in flight and nothing admitted: whatever still waits can never start.
+        if not passing and not self._holding and not window.in_flight and fresh and not window.waiting_for_jobs(now):
+            # Nothing in flight, nothing admitted and no job to wait for: whatever still waits can never start.
             blocked = window.blocked
             for host, _task in waiting:
                 why = blocked.get(host.name, "cannot leave service within the window's rules")
@@ -374,7 +402,8 @@ class StrategyModule(FreeStrategyModule):
             self._drained_ahead.discard(name)  # its drain ahead becomes its upgrade's drain
             self._admitted_at[name] = now
             node = self._window.nodes[name]
-            self._write("admit", node=name, canary=name in self._window.canaries, resume=node.resume, at=now)
+            state = self._progress("admitted", name, now)
+            self._write("admit", node=name, canary=name in self._window.canaries, resume=node.resume, at=now, **state)
 
     def _record(self, name: str, admitted: bool, reason: str) -> dict:
         now = time.time()
@@ -428,7 +457,8 @@ class StrategyModule(FreeStrategyModule):
         self._finish(name, ok, halt, deferred)
         if self._schedule is not None:
             self._schedule.released(time.time())
-        self._write("release", node=name, ok=ok, deferred=deferred, halt=self._window.halted)
+        state = self._progress("back, upgraded" if ok and not deferred else "back, deferred" if ok else "failed", name)
+        self._write("release", node=name, ok=ok, deferred=deferred, halt=self._window.halted, **state)
         self._write_halt(name, "a node failed" if not ok else "the node's release asked to halt")
         record = dict(self._records.get(name, {}))
         record.update(
@@ -442,6 +472,12 @@ class StrategyModule(FreeStrategyModule):
         )
         self._records[name] = record
         self._hand(host, record)
+
+    def _progress(self, event: str, name: str, now=None) -> dict:
+        """Where the run stands after an admission or release: printed as one line, and returned for the journal."""
+        state = window_preview.progress(self._window, time.time() if now is None else now)
+        display.display("gpuops upgrade window: %s" % window_preview.progress_line(event, name, state))
+        return {"progress": state}
 
     def _left(self, host, why: str):
         self._finish(host.name, False, True)
@@ -700,6 +736,7 @@ class StrategyModule(FreeStrategyModule):
             ahead = set(replayed["drained_ahead"]) - left
             nodes = [journal_says(node, left, ahead) for node in nodes]
             resume["resumed_from"] = previous
+            resume["deadline"] = replayed.get("deadline")
         try:
             self._journal = run_journal.JournalWriter(path)
         except OSError as error:

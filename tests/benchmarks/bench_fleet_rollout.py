@@ -638,7 +638,11 @@ def time_planning(size, repeat=3):
             step += 1
             window.finish(in_flight.pop(0), True)
             in_flight.extend(window.admit(step))
-            if not in_flight and window.defer_waiting(step):  # as the strategy: never idle for a job
+            if not in_flight and window.defer_waiting(step):  # as the strategy: a job past the deadline is deferred
+                in_flight.extend(window.admit(step))
+            wake = window.next_change(step) if not in_flight else None
+            if wake is not None:  # nothing runs: the window waits, in service, for the next job to near its end
+                step = wake
                 in_flight.extend(window.admit(step))
         timings["loop"].append(time.perf_counter() - start)
         counted = len(window.done) + len(window.blocked) + len(window.deferred)
@@ -697,7 +701,8 @@ def main():
         " drain_ahead %d, canary alone first) and fleet_refresh.RefreshSchedule (a read of the fleet after each"
         " release and every %d s while nodes wait, %.0f s each, admission waits for the read after a release), fed"
         " ONLY what Slurm shows at each read: idle, or busy until EndTime = job start + time limit, the limit %s of"
-        " the job's real duration; deferral when nothing is in flight, as the strategy does."
+        " the job's real duration; the run waits for jobs in service until its deadline (the latest EndTime at t=0, the"
+        " default) and defers a node whose job has no end or ends later, as the strategy does."
         % (
             fleet.max_unavailable,
             fleet.max_unavailable,

@@ -197,7 +197,7 @@ def test_busy_nodes_wait_in_service_for_their_job_and_the_rest_goes_on(tmp_path)
     hosts = {name: {} for name in names}
     hosts["n3"] = {"work_seconds": 14}
     hosts["n5"] = {"jobs_outlast_wait": True}
-    settings = {"max_unavailable": 2, "max_job_wait": 2}
+    settings = {"max_unavailable": 2, "max_job_wait": 2, "deadline": 0}  # 0: the run waits for no job
     acquired, released = run_window(tmp_path, "jobs", hosts, nodes, settings)
     # n2 took its slot only once its job's end came within the wait, while n3 still ran
     assert released["n2"]["admitted_at"] >= t0 + 8
@@ -213,6 +213,28 @@ def test_busy_nodes_wait_in_service_for_their_job_and_the_rest_goes_on(tmp_path)
     assert released["n5"]["ok"] is True
     assert not any(slot["halted"] for slot in released.values())
     assert released["n6"]["admitted_at"] >= released["n5"]["released_at"]
+    timeline = [(host, start, end) for host, (start, end) in spans(released).items()]
+    assert window_audit.check(timeline, nodes, settings) == []
+
+
+def test_the_run_waits_in_service_for_a_job_ending_after_the_others_and_finishes_the_fleet(tmp_path):
+    """The default deadline (the latest end of the jobs running now): n2's job ends 12 s from now, long after n1 and
+    n3 are back (max_job_wait 2 s); nothing is in flight meanwhile, and the run waits for it, n2 in service, then
+    upgrades it. n4's job has no time limit: named and deferred for a later run."""
+    t0 = time.time()
+    names = ["n1", "n2", "n3", "n4"]
+    nodes = [{"name": name, "canary": name == "n1"} for name in names]
+    nodes[1].update(state="busy", job_end=t0 + 12)
+    nodes[3].update(state="busy")
+    settings = {"max_unavailable": 2, "max_job_wait": 2}
+    acquired, released = run_window(tmp_path, "finish", {name: {} for name in names}, nodes, settings)
+    assert set(released) == {"n1", "n2", "n3"}
+    assert all(slot["ok"] and not slot["deferred"] for slot in released.values())
+    # n2 waited in service until its job's end came within the wait, with nothing else in flight
+    assert released["n2"]["admitted_at"] >= t0 + 10
+    assert released["n2"]["admitted_at"] > max(released["n1"]["released_at"], released["n3"]["released_at"])
+    assert acquired["n4"]["admitted"] is False
+    assert acquired["n4"]["slot"]["reason"].startswith("deferred: its job has no known end (no time limit in Slurm)")
     timeline = [(host, start, end) for host, (start, end) in spans(released).items()]
     assert window_audit.check(timeline, nodes, settings) == []
 
@@ -269,7 +291,7 @@ def test_the_window_reads_the_fleet_again_and_takes_what_changed(tmp_path):
         jobs,
     )
     refresh = {"delegate_to": "localhost", "names": {name: name for name in names}, "interval": 1, "options": options}
-    settings = {"max_unavailable": 2, "max_job_wait": 60}
+    settings = {"max_unavailable": 2, "max_job_wait": 60, "deadline": 0}  # 0: n3's day-long job is not waited for
     acquired, released = run_window(tmp_path, "refresh", {name: {} for name in names}, nodes, settings, refresh=refresh)
     assert sorted(released) == ["n1", "n2"]
     assert all(slot["ok"] for slot in released.values())
@@ -552,7 +574,8 @@ def test_busy_nodes_next_in_line_are_drained_ahead_and_take_their_slot_when_thei
     }
     journal_path = tmp_path / "gpuops-upgrade-run1.journal.jsonl"
     journal = {"path": str(journal_path), "run_id": "run1", "target": "t", "resume": "none"}
-    settings = {"max_unavailable": 2, "max_job_wait": 2, "drain_ahead": 2, "partition_floor": 0.25}
+    # deadline 0: n3's two-day job is not waited for
+    settings = {"max_unavailable": 2, "max_job_wait": 2, "drain_ahead": 2, "partition_floor": 0.25, "deadline": 0}
     inventory = tmp_path / "ahead.yml"
     inventory.write_text(
         yaml.safe_dump(

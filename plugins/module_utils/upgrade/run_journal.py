@@ -143,7 +143,7 @@ def parse(text: str, name: str = "the journal") -> list[dict]:
 def replay(entries) -> dict:
     """Where a run stood at the end of its journal.
 
-    Returns ``{run_id, target, started_at, ended_at, resumed_from, in_flight, failed, done,
+    Returns ``{run_id, target, started_at, ended_at, resumed_from, deadline, in_flight, failed, done,
     deferred, passed, halted, refreshes, drained_ahead, ahead_spans, timeline, events}``: ``in_flight`` the nodes
     admitted and never released (mid-upgrade when the journal stops), in admission order; ``failed`` those
     released not ok (left out of service); ``done`` those back upgraded; ``drained_ahead`` those drained
@@ -158,6 +158,7 @@ def replay(entries) -> dict:
         "ended_at": None,
         "resumed_from": None,
         "resumed": [],
+        "deadline": None,
         "halted": None,
         "deferred": {},
         "passed": {},
@@ -185,6 +186,8 @@ def replay(entries) -> dict:
                     "halted": None,
                     "resumed_from": item.get("resumed_from"),
                     "resumed": list(item.get("resumed") or []),
+                    # the operation's deadline: the first run's, which every run continuing it keeps
+                    "deadline": state["deadline"] if state["deadline"] is not None else item.get("deadline"),
                 }
             )
         elif kind == "admit":

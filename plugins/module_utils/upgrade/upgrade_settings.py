@@ -35,6 +35,8 @@ controller (``localhost``): a value set for some nodes only (``group_vars/gpu_no
 from __future__ import annotations
 
 import copy
+import datetime
+import re
 
 from ansible_collections.gpuops.cluster.plugins.module_utils import variable_values
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
@@ -66,6 +68,7 @@ DEFAULTS = {
     "barrier": window_input.DEFAULTS["barrier"],
     "max_job_wait": window_input.DEFAULTS["max_job_wait"],
     "drain_ahead": window_input.DEFAULTS["drain_ahead"],
+    "deadline": "auto",  # the window's default (window_input.auto_deadline): deadline_at gives it None
     "plan_only": False,
     "canary_group": DEFAULT_CANARY_GROUP,
     "refresh_interval": 60,
@@ -84,6 +87,7 @@ RUN_SETTINGS = (
     "max_job_wait",
     "refresh_interval",
     "drain_ahead",
+    "deadline",
     "journal_path",
     "resume_journal",
 )
@@ -98,6 +102,42 @@ WINDOW_SETTINGS = {
 
 def _var(name: str) -> str:
     return PREFIX + name
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def deadline_at(value, now) -> float | None:
+    """``gpuops_upgrade_deadline`` as the window's deadline (seconds since the epoch) for a run planned at ``now``.
+
+    Unset (None, ``auto``): None, the window's default (the latest end of the jobs running now). ``0``: 0, the run
+    waits for no job. A duration (seconds, or ``90m``, ``36h``, ``2d``, ``1w``): that long after ``now``. A time
+    (ISO 8601, ``2026-12-06T18:00:00Z``; without a zone, UTC).
+    """
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto")):
+        return None
+    if isinstance(value, bool):
+        raise ValueError("%r is not a duration or a time" % (value,))
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError("%r is below 0" % (value,))
+        return 0 if value == 0 else now + value
+    text = str(value)
+    match = _DURATION.match(text.lower())
+    if match:
+        seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+        return 0 if seconds == 0 else now + seconds
+    try:
+        when = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            "%r is neither a duration (seconds, or such as 90m, 36h, 2d) nor a time (such as 2026-12-06T18:00:00Z)"
+            % (text,)
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.timestamp()
 
 
 def settings(variables, types=None) -> dict:
@@ -160,6 +200,14 @@ def problems(
                 window_input.Settings({key: settings[name]})
             except ValueError as exc:
                 found.append("gpuops_upgrade_%s: %s" % (name, exc))
+    if "deadline" in settings:
+        try:
+            deadline_at(settings["deadline"], 0)
+        except ValueError as exc:
+            found.append(
+                "gpuops_upgrade_deadline: %s; set a duration, a time, 0 (wait for no job) or auto (the latest end of "
+                "the jobs running when the run starts)" % exc
+            )
     domains = settings.get("domains")
     if domains is not None and (
         not isinstance(domains, dict)

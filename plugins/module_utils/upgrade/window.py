@@ -23,10 +23,11 @@ node as soon as another one is back, within these rules:
   takes a slot only when its job ends (by ``job_end``) within that wait of now;
   until then it is passed over and keeps running, in service (not drained), and
   the nodes after it still get their chance. A busy node whose job end is
-  unknown waits until it is idle (:meth:`Window.update`). When nothing is in
-  flight and nothing else can start, the nodes still waiting for their jobs are
-  deferred (:meth:`Window.defer_waiting`): the run does not sit idle for a
-  job; they are reported with their job end, still in service. An admitted node
+  unknown waits until it is idle (:meth:`Window.update`). The run waits for jobs, with every
+  such node in service, until its ``deadline`` (default: the latest end of the jobs running when
+  the window is built); a node whose job has no end, or ends too late for it, and every node still
+  waiting once the deadline passed, is deferred (:meth:`Window.defer_waiting`), reported with its
+  job end, still in service (``deadline`` 0: whenever nothing is in flight). An admitted node
   whose jobs outlast the wait after all (a time limit raised, a job that
   started after the fleet was read) is returned to service and finished as
   deferred (``Window.finish(name, ok=True, deferred=True)``).
@@ -81,6 +82,8 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_inpu
     STATES,
     Node,
     Settings,
+    auto_deadline,
+    deadline_reason,
     job_wait_reason,
     nodes_of,
     ready,
@@ -139,6 +142,8 @@ class Window:
         self.now = now
         self._limit = self.settings.max_unavailable
         self._wait = self.settings.max_job_wait
+        given = self.settings.deadline
+        self.deadline = auto_deadline(self.nodes.values(), now) if given is None else given
         self._per_domain = self.settings.per_domain
         self._floor = self.settings.partition_floor
         self._ahead_limit = self.settings.drain_ahead
@@ -630,17 +635,30 @@ class Window:
             if not ready(self.nodes[name], now, self._wait)
         }
 
-    def defer_waiting(self, now) -> dict:
-        """With nothing in flight, defer the nodes still waiting for their jobs; name -> why.
+    def next_change(self, now):
+        """When, with nothing in flight, the window may next admit or defer a node by the clock alone: the first time
+        a waiting node's job comes within ``max_job_wait`` of its end, or the deadline; None when nothing waits."""
+        ends = [self.nodes[name].job_end for name in self.waiting_for_jobs(now)]
+        times = [end - self._wait for end in ends if end is not None and end - self._wait > now]
+        times += [self.deadline] if ends and self.deadline > now else []
+        return min(times) if times else None
 
-        Called when nothing else can start (nothing in flight, :meth:`admit` gave nothing):
-        the run does not sit idle waiting for a job to come within ``max_job_wait``. Each
-        deferred node is still running its job, in service, not upgraded. Nothing is
-        deferred while a node is in flight or after a halt.
+    def defer_waiting(self, now) -> dict:
+        """With nothing in flight, defer the nodes waiting for jobs that cannot end in time; name -> why.
+
+        Called when nothing else can start (nothing in flight, :meth:`admit` gave nothing): a node
+        whose job has no end, or ends after the deadline (less ``max_job_wait``), or every waiting node
+        once the deadline passed (:func:`window_input.deadline_reason`). The others keep waiting, in
+        service, for their jobs. Each deferred node is still running its job, in service, not upgraded.
+        Nothing is deferred while a node is in flight or after a halt.
         """
         if self._in_flight or self.halted:
             return {}
-        found = self.waiting_for_jobs(now)
+        found = {}
+        for name in self.waiting_for_jobs(now):
+            why = deadline_reason(self.nodes[name], now, self._wait, self.deadline)
+            if why is not None:
+                found[name] = why
         for name, why in found.items():
             self._waiting.discard(name)
             self._undo_ahead(name)  # its host gives the drain back when it passes its slot

@@ -53,6 +53,7 @@ SETTINGS = (
     "barrier",
     "max_job_wait",
     "drain_ahead",
+    "deadline",
 )
 DEFAULTS = {
     "max_unavailable": "10%",
@@ -66,6 +67,10 @@ DEFAULTS = {
     # Off by default: draining ahead shows nodes the run will not upgrade for hours as drained to users and to
     # Slurm's backfill planning; an operator turns it on knowingly.
     "drain_ahead": 0,
+    # When the run stops waiting for running jobs (epoch seconds; 0: it waits for none). None: the latest EndTime of
+    # the jobs running when the window is built (:func:`auto_deadline`), so every one of them gets its turn and the
+    # run always ends.
+    "deadline": None,
 }
 # Floating point slack for the partition floor (GPU counts are integers).
 FLOOR_EPSILON = 1e-9
@@ -295,6 +300,18 @@ class Settings:
             )
         self.drain_ahead = ahead
 
+        deadline = values["deadline"]
+        if isinstance(deadline, str) and re.match(r"^\s*\d+(\.\d+)?\s*$", deadline):
+            deadline = float(deadline)
+        if deadline is not None and (
+            isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline < 0
+        ):
+            raise ValueError(
+                "deadline is %r: set when the run stops waiting for running jobs, in seconds since the epoch "
+                "(0: it waits for none), or leave it unset for the latest end of the jobs running now" % (deadline,)
+            )
+        self.deadline = deadline
+
     def as_dict(self) -> dict:
         return {key: getattr(self, key) for key in SETTINGS}
 
@@ -318,4 +335,24 @@ def job_wait_reason(node: Node, now, max_job_wait) -> str:
         _when(node.job_end),
         int(node.job_end - now),
         int(max_job_wait),
+    )
+
+
+def auto_deadline(nodes, now) -> float:
+    """The default deadline: the latest EndTime of the busy nodes' jobs (Slurm's EndTime is the job's start plus its
+    time limit, which the partition's MaxTime bounds), ``now`` when none runs."""
+    ends = [node.job_end for node in nodes if node.state == "busy" and node.job_end is not None]
+    return max([now, *ends])
+
+
+def deadline_reason(node: Node, now, max_job_wait, deadline) -> str | None:
+    """Why a node waiting for its job is deferred now (in service, not upgraded), or None while its job comes within
+    ``max_job_wait`` of its end before the run's ``deadline`` (it waits, in service)."""
+    if node.job_end is not None and node.job_end - max_job_wait <= deadline and now < deadline:
+        return None
+    if node.job_end is None or now >= deadline:
+        return job_wait_reason(node, now, max_job_wait)
+    return "its job ends at %s (EndTime), after the run's deadline %s; it keeps running, in service" % (
+        _when(node.job_end),
+        _when(deadline),
     )

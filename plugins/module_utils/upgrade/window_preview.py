@@ -3,12 +3,16 @@
 """The preview of a rolling upgrade, for a plan-only run: what the window would start, in which order.
 
 :func:`plan` runs the product's own :class:`window.Window` on the surveyed fleet without acting;
-:func:`describe` turns the preview into the lines the operator reads before anything moves.
+:func:`describe` turns the preview into the lines the operator reads before anything moves; :func:`progress_line`
+is the line a running window prints at each admission and release.
 """
 
 from __future__ import annotations
 
+import time
+
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_input import deadline_reason
 
 
 def plan(nodes, settings=None, now=0) -> dict:
@@ -34,6 +38,11 @@ def plan(nodes, settings=None, now=0) -> dict:
         "drained_ahead": window.drained_ahead,
         "waiting_for_jobs": window.waiting_for_jobs(now),
         "blocked": window.blocked,
+        "now": now,
+        "deadline": window.deadline,
+        # the waiting nodes the run will defer (no known end, or past the deadline), name -> why
+        "to_defer": to_defer(window, now),
+        "jobs_end_by": jobs_end_by(window, now),
     }
     first = window.admit(now)
     preview["first_window"] = first
@@ -87,10 +96,71 @@ def describe(preview: dict) -> list[str]:
     if preview["after_canary"]:
         lines.append("starts once the canary passed: %s" % ", ".join(preview["after_canary"]))
     lines.append("order: %s" % (", ".join(preview["order"]) or "nothing to upgrade"))
+    to_defer = preview.get("to_defer", {})
     for name, why in sorted(preview.get("waiting_for_jobs", {}).items()):
-        lines.append("waits for its job: %s (%s)" % (name, why))
+        if name in to_defer:
+            lines.append("deferred, for a later run: %s (%s)" % (name, to_defer[name]))
+        else:
+            lines.append("waits for its job, in service: %s (%s)" % (name, why))
+    if preview.get("jobs_end_by") is not None:
+        lines.append(
+            "the run waits for jobs until about %s (their latest EndTime); it stops waiting at its deadline %s"
+            % (_when(preview["jobs_end_by"]), _when(preview["deadline"]))
+        )
     for name in preview.get("reserved", []):
         lines.append("left alone: %s (in a Slurm reservation that is not ours)" % name)
     for name, why in sorted(preview["blocked"].items()):
         lines.append("blocked: %s (%s)" % (name, why))
     return lines
+
+
+def to_defer(window: Window, now) -> dict:
+    """The nodes waiting for jobs that the window defers (no known end, or an end after its deadline): name -> why."""
+    found = {}
+    for name in window.waiting_for_jobs(now):
+        why = deadline_reason(window.nodes[name], now, window.settings.max_job_wait, window.deadline)
+        if why is not None:
+            found[name] = why
+    return found
+
+
+def jobs_end_by(window: Window, now):
+    """The latest EndTime of the jobs the window waits for and will not defer (the run's end, give or take the
+    last upgrades), or None when it waits for none."""
+    deferring = to_defer(window, now)
+    ends = [window.nodes[name].job_end for name in window.waiting_for_jobs(now) if name not in deferring]
+    return max(ends) if ends else None
+
+
+def progress(window: Window, now) -> dict:
+    """Where a run stands: counts of nodes done, in flight, waiting and deferred, and when the jobs it waits for
+    end (:func:`jobs_end_by`)."""
+    return {
+        "done": len(window.done),
+        "in_flight": len(window.in_flight),
+        "waiting": len(window.remaining),
+        "deferred": len(window.deferred),
+        "failed": len(window.failed),
+        "jobs_end_by": jobs_end_by(window, now),
+    }
+
+
+def progress_line(event: str, name: str, state: dict) -> str:
+    """One line per admission and release, for the operator watching a long run."""
+    line = "%s %s: %d done, %d in flight, %d waiting, %d deferred" % (
+        event,
+        name,
+        state["done"],
+        state["in_flight"],
+        state["waiting"],
+        state["deferred"],
+    )
+    if state["failed"]:
+        line += ", %d failed" % state["failed"]
+    if state["jobs_end_by"] is not None:
+        line += "; waiting for jobs until about %s" % _when(state["jobs_end_by"])
+    return line
+
+
+def _when(epoch) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))

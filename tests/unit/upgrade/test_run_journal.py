@@ -208,6 +208,16 @@ def test_a_re_run_on_the_same_journal_resumes_from_it_and_reads_one_operation():
     assert run_journal.to_resume(replayed) == ["c"]
 
 
+def test_the_operation_keeps_the_first_run_s_deadline():
+    """A run killed while it waited for a job, resumed by the same command: the resumed run keeps the deadline."""
+    first = [entry("start", 100, run_id="r1", target=TARGET, resumed_from=None, resumed=[], deadline=90000)]
+    first += crashed_run()[1:]
+    again = [entry("start", 200, run_id="r1", target=TARGET, resumed_from="same", resumed=["b"], deadline=95000)]
+    assert replay(first)["deadline"] == 90000
+    assert replay(first + again)["deadline"] == 90000
+    assert replay(crashed_run())["deadline"] is None  # a journal of a run before deadlines: the window's default
+
+
 # A re-run: the nodes left mid-upgrade count as out of service from the start and go first.
 
 

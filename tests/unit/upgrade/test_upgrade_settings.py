@@ -52,11 +52,41 @@ def test_the_registry_documents_each_default_as_written_in_python():
 
 
 def test_the_window_defaults_are_the_planners():
-    window = set(window_input.SETTINGS) & set(upgrade_settings.DEFAULTS)
+    window = set(window_input.SETTINGS) & set(upgrade_settings.DEFAULTS) - {"deadline"}
     assert {name: upgrade_settings.DEFAULTS[name] for name in window} == {
         name: window_input.DEFAULTS[name] for name in window
     }
     assert window_input.DEFAULTS["max_job_wait"] == 3600  # the one place the wait is written
+    # the operator's "auto" is the window's own default
+    auto = upgrade_settings.DEFAULTS["deadline"]
+    assert upgrade_settings.deadline_at(auto, 1000) == window_input.DEFAULTS["deadline"]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("auto", None),
+        (None, None),
+        (0, 0),
+        ("0", 0),
+        (3600, 4600),
+        ("90m", 1000 + 5400),
+        ("36h", 1000 + 36 * 3600),
+        ("2d", 1000 + 2 * 86400),
+        ("2026-12-06T18:00:00Z", 1796580000.0),
+        ("2026-12-06T18:00:00", 1796580000.0),  # no zone: UTC
+        ("2026-12-06T19:00:00+01:00", 1796580000.0),
+    ],
+)
+def test_the_deadline_is_a_duration_a_time_zero_or_auto(value, expected):
+    assert upgrade_settings.deadline_at(value, 1000) == expected
+
+
+@pytest.mark.parametrize("value", ["tomorrow", "36x", -5, True, "2026-13-01T00:00:00Z"])
+def test_a_deadline_that_is_neither_is_refused_before_any_node(value):
+    (problem,) = upgrade_settings.problems({"deadline": value})
+    assert problem.startswith("gpuops_upgrade_deadline: ")
+    assert "set a duration, a time, 0 (wait for no job) or auto" in problem
 
 
 def test_a_set_value_wins_and_null_takes_the_default():

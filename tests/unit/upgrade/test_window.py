@@ -550,6 +550,8 @@ def fleets(draw):
         "partition_floor": draw(st.sampled_from([None, 0.3, 0.5, 0.75, 0.85, 1.0])),
         "granularity": draw(st.sampled_from([1, 50, 600])),
         "max_job_wait": draw(st.sampled_from([0, 100, 300, 10**9])),
+        # None: the run waits for the jobs running now (until the latest ends); 0: it waits for none
+        "deadline": draw(st.sampled_from([None, 0, 50])),
     }
     durations = {entry["name"]: draw(st.integers(1, 100)) for entry in nodes}
     return nodes, config, durations
@@ -599,6 +601,10 @@ def drive(nodes, config, durations, fail=frozenset(), deferred_at=None):
             if window.defer_waiting(now):
                 deferred_at.update((name, now) for name in window.deferred if name not in deferred_at)
                 continue  # the rest may be blocked by a deferred canary now
+            wake = window.next_change(now)
+            if wake is not None:
+                now = wake  # nothing runs: the window waits, in service, for the next job to near its end
+                continue
             break
         now, name = heapq.heappop(heap)
         window.finish(name, name not in fail)
@@ -752,7 +758,7 @@ def test_busy_node_without_a_known_end_waits_until_it_is_idle():
 
 def test_nodes_waiting_for_their_jobs_are_deferred_only_when_nothing_else_can_start():
     fleet = [node("a"), node("b", rack="r2", state="busy", job_end=90000), node("c", rack="r3", state="busy")]
-    window = Window(fleet, {"max_unavailable": 1}, now=0)
+    window = Window(fleet, {"max_unavailable": 1, "deadline": 0}, now=0)  # 0: the run waits for no job
     assert window.admit(0) == ["a"]
     assert window.defer_waiting(0) == {}  # a is in flight: nothing deferred yet
     window.finish("a", True)
@@ -767,6 +773,54 @@ def test_nodes_waiting_for_their_jobs_are_deferred_only_when_nothing_else_can_st
     # deferred nodes never counted as out of service
     assert window.admit(10) == []
     assert window.done == ["a"]
+
+
+def test_by_default_the_run_waits_in_service_for_every_job_running_now_and_ends():
+    fleet = [node("a"), node("b", rack="r2", state="busy", job_end=90000), node("c", rack="r3", state="busy")]
+    window = Window(fleet, {"max_unavailable": 1}, now=0)
+    assert window.deadline == 90000  # the latest EndTime of the jobs running now
+    assert window.admit(0) == ["a"]
+    window.finish("a", True)
+    # c's job has no time limit: named and left for a later run; b's job ends before the deadline: it waits
+    deferred = window.defer_waiting(10)
+    assert list(deferred) == ["c"]
+    assert "no known end (no time limit in Slurm)" in deferred["c"]
+    assert window.remaining == ["b"]
+    assert not window.finished
+    assert window.next_change(10) == 90000 - window_input.DEFAULT_MAX_JOB_WAIT  # when b's job nears its end
+    assert window.admit(86399) == []
+    assert window.admit(86400) == ["b"]
+    window.finish("b", True)
+    assert window.finished
+    assert window.done == ["a", "b"]
+
+
+def test_a_job_ending_after_the_deadline_is_deferred_at_once_and_all_once_it_passed():
+    fleet = [
+        node("a"),
+        node("b", rack="r2", state="busy", job_end=90000),
+        node("c", rack="r3", state="busy", job_end=20000),
+    ]
+    window = Window(fleet, {"max_unavailable": 1, "max_job_wait": 100, "deadline": 50000}, now=0)
+    assert window.admit(0) == ["a"]
+    window.finish("a", True)
+    deferred = window.defer_waiting(10)
+    assert list(deferred) == ["b"]
+    assert "after the run's deadline 1970-01-01T13:53:20Z" in deferred["b"]
+    assert window.next_change(10) == 19900
+    # c's job got longer (a fresh read): now it too ends after the deadline, and is deferred
+    window.observe([node("c", rack="r3", state="busy", job_end=60000)], now=19000)
+    assert "ends at 1970-01-01T16:40:00Z (EndTime), after the run's deadline" in window.defer_waiting(19000)["c"]
+    assert window.finished
+    assert window.next_change(19000) is None
+
+
+def test_the_deadline_is_a_setting_checked_like_the_others():
+    assert window_input.Settings({"deadline": "1765000000"}).deadline == 1765000000.0
+    with pytest.raises(ValueError, match="deadline is -1: set when the run stops waiting"):
+        window_input.Settings({"deadline": -1})
+    with pytest.raises(ValueError, match="deadline is 'tomorrow'"):
+        window_input.Settings({"deadline": "tomorrow"})
 
 
 def test_defer_waiting_does_nothing_after_a_halt():
@@ -827,7 +881,7 @@ def test_the_chosen_canary_is_a_node_that_can_start_now():
 
 def test_a_chosen_canary_deferred_for_its_job_is_replaced():
     fleet = [node("a", state="busy", job_end=90000), node("b", rack="r2")]
-    window = Window(fleet, {"max_unavailable": 2}, now=0)
+    window = Window(fleet, {"max_unavailable": 2, "deadline": 0}, now=0)  # 0: the run waits for no job
     window.update("b", "busy", 80000)  # both busy now: the chosen canary b cannot start
     assert window.admit(0) == []
     assert sorted(window.defer_waiting(0)) == ["a", "b"]
@@ -836,7 +890,7 @@ def test_a_chosen_canary_deferred_for_its_job_is_replaced():
 
 def test_a_named_canary_waits_for_its_job_and_holds_the_rest_back_until_deferred():
     fleet = [node("a", state="busy", job_end=90000, canary=True), node("b", rack="r2")]
-    window = Window(fleet, {"max_unavailable": 2}, now=0)
+    window = Window(fleet, {"max_unavailable": 2, "deadline": 0}, now=0)  # 0: the run waits for no job
     assert window.admit(0) == []
     assert window.defer_waiting(0) == {"a": window.deferred["a"]}
     assert window.blocked == {"b": "waits for the canary a, which is deferred (%s)" % window.deferred["a"]}
@@ -864,7 +918,7 @@ def test_plan_lists_the_nodes_waiting_for_their_jobs():
     assert preview["settings"]["max_job_wait"] == 3600
     assert list(preview["waiting_for_jobs"]) == ["b"]
     lines = window_preview.describe(preview)
-    assert any(line.startswith("waits for its job: b (its job ends at 1970-01-01T02:00:00Z") for line in lines)
+    assert any(line.startswith("waits for its job, in service: b (its job ends at 1970-01-01T02:00:00Z") for line in lines)
 
 
 @pytest.mark.parametrize("wait", [-1, True, "1h", 1.5j])

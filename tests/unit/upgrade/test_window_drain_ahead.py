@@ -128,7 +128,8 @@ def test_a_node_drained_ahead_whose_job_ended_without_a_free_slot_is_given_back(
 
 def test_a_deferred_node_drained_ahead_leaves_the_floor():
     fleet = [node("c", state="idle", canary=True), node("a", job_end=5 * DAY), node("i", state="idle")]
-    window = Window(fleet, {"max_unavailable": 2, "drain_ahead": 1, "partition_floor": 0.3}, now=0)
+    settings = {"max_unavailable": 2, "drain_ahead": 1, "partition_floor": 0.3, "deadline": 0}  # 0: waits for no job
+    window = Window(fleet, settings, now=0)
     (canary,) = window.admit(0)
     window.finish(canary, True)
     assert window.admit(0) == ["i"]

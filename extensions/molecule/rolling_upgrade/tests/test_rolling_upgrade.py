@@ -44,7 +44,13 @@ and a controller ru-ctl. The cases run in file order, each on the state the one 
    reason, reported ``unavailable``;
 8. the gate fails closed: ``dcgmi`` removed from the canary (the stand-in of
    extensions/molecule/lab/gpu_tools.yml), the run to 580.65.06 halts at its gate, which names the
-   missing tool; no other node is touched.
+   missing tool; no other node is touched;
+9. a plan-only run (``-e``-style string) with ``all_reduce_perf`` removed from the canary and from a node
+   gated at ``standard`` names the canary only, and nothing moves;
+10. one run finishes the fleet: a job of 4 minutes (limit 5) on ru-gpu4, ``max_job_wait`` 60 s (to 580.65.06,
+   the canary resumed from case 8): the others are upgraded first, then the run waits, nothing in flight and
+   ru-gpu4 in service, until the job nears its end, and upgrades it; the journal (deadline, progress) and the
+   report agree.
 
 Every run goes through tests/integration/playbook_run.run_playbook (ansible-runner) with the
 scenario's inventory; assertions read the run's audit report (statuses, drain records, gates, the
@@ -71,6 +77,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[4]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+if str(REPO / ".collections") not in sys.path:
+    sys.path.insert(0, str(REPO / ".collections"))
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import run_journal
+
 from tests.integration.playbook_run import PlaybookRun, run_playbook
 
 with open(os.environ["MOLECULE_INVENTORY_FILE"], encoding="utf-8") as _handle:
@@ -931,3 +941,63 @@ def test_a_plan_only_run_names_the_canary_without_all_reduce_perf_and_moves_noth
     assert state["after"] == before
     drains = {name: (drained(node), node["reason"]) for name, node in state["slurm"].items()}
     assert drains == {name: (drained(node), node["reason"]) for name, node in slurm_before.items()}
+
+
+@pytest.fixture(scope="module", name="waited")
+def fixture_waited(workdir, no_nccl_tests):
+    """Case 10: one run finishes the fleet. A job of 4 minutes (time limit 5) on the last node, max_job_wait 60 s
+    (to BRANCH, the canary resumed from case 8): the other nodes are upgraded long before its job nears its end, and
+    the run, with nothing in flight, waits for it (the default deadline: the job's EndTime), the node in service,
+    then upgrades it."""
+    busy = NODES[3]
+    job = submit_job(busy, "sleep 240", minutes=5)
+    submitted = job_times(job)
+    run, audit, wall = upgrade(
+        workdir,
+        "waited",
+        BRANCH,
+        gpuops_upgrade_max_unavailable=2,
+        gpuops_upgrade_max_job_wait=60,
+        gpuops_upgrade_refresh_interval=10,
+    )
+    state = {
+        "job_state": settled_job_state(job),
+        "times": job_times(job),
+        "planned_end": submitted["end"],
+        "slurm": slurm_nodes(),
+        "installed": {n: installed(n) for n in NODES},
+        "journal": journal_of(workdir, audit) if audit else [],
+    }
+    record("waited_run_wall_s", wall)
+    return busy, run, audit, state
+
+
+def test_one_run_waits_in_service_for_the_last_job_and_finishes_the_fleet(waited):
+    busy, run, audit, state = waited
+    assert run.rc == 0, run.stdout[-4000:]
+    assert audit["result"] == "completed", audit["counts"]
+    assert state["job_state"] == "COMPLETED"
+    assert node_of(audit, busy)["status"] == "upgraded"
+    others = [span for span in audit["window"]["timeline"] if span[0] != busy]
+    admitted = admitted_at(audit, busy)
+    # nothing else was in flight while it waited: every other node was back before it was admitted
+    assert all(datetime.datetime.fromtimestamp(end, tz=datetime.timezone.utc) <= admitted for _n, _s, end in others)
+    # in service until its job neared its end (EndTime - max_job_wait) or ended: never drained under a long job
+    assert admitted >= min(state["times"]["end"], state["planned_end"] - datetime.timedelta(seconds=60)) - (
+        datetime.timedelta(seconds=2)
+    )
+    for name in NODES:
+        assert state["installed"][name]["nvidia-driver"].startswith(BRANCH)
+        assert not drained(state["slurm"][name]), scontrol_node(name)
+    # the journal says the same: the run's deadline (the job's EndTime), every node admitted and released ok, and a
+    # progress line per admission and release, which the run printed too
+    (start,) = [entry for entry in state["journal"] if entry["event"] == "start"]
+    assert abs(start["deadline"] - state["planned_end"].timestamp()) <= 1
+    replayed = run_journal.replay(state["journal"])
+    assert sorted(replayed["done"]) == sorted(node["host"] for node in audit["nodes"] if node["status"] == "upgraded")
+    assert replayed["deferred"] == {}
+    released = [entry for entry in state["journal"] if entry["event"] == "release"]
+    assert released[-1]["node"] == busy
+    assert released[-1]["progress"]["waiting"] == 0
+    assert "gpuops upgrade window: admitted %s" % busy in run.stdout
+    assert audit["window"]["violations"] == []
