@@ -226,6 +226,24 @@ def _model(gpu, matrix, profiles, report_unknown_gpu):
     return profiles.model(entry["key"], product=gpu), None
 
 
+def selection_problems(spec, config, names=("gpuops_mig", "gpuops_mig_config")):
+    """Problems of the file ``spec`` as mig-parted would refuse it, and of the selected ``config``, whatever the GPU.
+
+    ``names``: what the two are called in the messages (the variables, or a module's options).
+    """
+    found = ["%s %s" % (names[0], problem) for problem in _structure(spec)]
+    if found:
+        return found
+    configs = spec["mig-configs"]
+    if config in (None, ""):
+        return ["%s is not set: name the config of %s to apply (%s)" % (names[1], names[0], ", ".join(sorted(configs)))]
+    if config not in configs:
+        return [
+            "%s is %r, which %s does not hold: set one of %s" % (names[1], config, names[0], ", ".join(sorted(configs)))
+        ]
+    return []
+
+
 def problems(spec, config, gpu, matrix, profiles, report_unknown_gpu=True):
     """Every problem of ``gpuops_mig`` (``spec``) and ``gpuops_mig_config`` (``config``) for a host of ``gpu``.
 
@@ -239,19 +257,10 @@ def problems(spec, config, gpu, matrix, profiles, report_unknown_gpu=True):
             if config
             else []
         )
-    found = ["gpuops_mig %s" % problem for problem in _structure(spec)]
+    found = selection_problems(spec, config)
     if found:
         return found
     configs = spec["mig-configs"]
-    if config in (None, ""):
-        return [
-            "gpuops_mig_config is not set: name the config of gpuops_mig to apply (%s)" % ", ".join(sorted(configs))
-        ]
-    if config not in configs:
-        return [
-            "gpuops_mig_config is %r, which gpuops_mig does not hold: set one of %s"
-            % (config, ", ".join(sorted(configs)))
-        ]
     model, problem = _model(gpu, matrix, profiles, report_unknown_gpu)
     if problem:
         return [problem]

@@ -13,6 +13,12 @@ Installed beside the simulator as ``/usr/lib/gpuops-lab/nvidia_smi_mig.py``. Sta
     ``{slot: [{"id", "profile", "start", "cis": [{"id", "compute", "start"}]}]}``: GPU and compute
     instances, lost at a reset, a reboot and a driver reload (MIG user guide: "the created MIG
     devices are not persistent across system reboots").
+``/run/gpuops-lab/processes.json``
+    ``{slot: [{"pid", "name", "gpu_instance_id", "compute_instance_id"}]}``: the compute processes
+    ``-q -x`` lists under ``<processes>`` (a test or a lab step writes it; gone at reboot). A GPU reset
+    is refused while the GPU runs one, as the driver refuses it ("is currently in use by another process").
+``/etc/gpuops-lab/faults.json`` ``reset_unsupported`` [slot]
+    GPUs that cannot be reset on their own (``-r`` answers Not Supported; a reboot applies the mode).
 ``/run/gpuops-lab/proc/driver/nvidia-caps/mig-minors``
     the capability minors as ``/proc/driver/nvidia-caps/mig-minors`` lists them (``config 1``,
     ``monitor 2``, ``gpu0/gi0/access 3``, ``gpu0/gi0/ci0/access 4`` ... ``gpu31/gi14/ci7/access 4322``);
@@ -39,6 +45,7 @@ EXIT_INVALID_ARGUMENT = 2
 EXIT_NOT_SUPPORTED = 3
 EXIT_NO_DEVICE = 6
 EXIT_INSUFFICIENT_RESOURCES = 15
+EXIT_OTHER = 255
 
 # id, name suffix, SM slices, memory slices, max instances, placements (memory-slice starts)
 SEVEN_EIGHT = (
@@ -76,6 +83,8 @@ COMPUTE_SIZES = {1: (1,), 2: (1, 2), 3: (1, 2, 3), 4: (1, 2, 4), 7: (1, 2, 3, 4,
 
 MODE_PATH = "/var/lib/gpuops-lab/mig-mode.json"
 INSTANCES_PATH = "/run/gpuops-lab/mig/instances.json"
+PROCESSES_PATH = "/run/gpuops-lab/processes.json"
+FAULTS_PATH = "/etc/gpuops-lab/faults.json"
 PROC = "/run/gpuops-lab/proc/driver"
 DEV_CAPS = "/run/gpuops-lab/dev/nvidia-caps"
 
@@ -137,6 +146,11 @@ def profiles(model_name: str) -> list[dict]:
     return found
 
 
+def processes(gpu: dict) -> list[dict]:
+    """The compute processes the lab says run on ``gpu`` (``processes.json``)."""
+    return list(_read(PROCESSES_PATH, {}).get(str(gpu["slot"]), []))
+
+
 def capable(gpu: dict) -> bool:
     return gpu["model_name"] in MODELS
 
@@ -183,9 +197,24 @@ def set_mode(gpus: list[dict], enable: bool) -> str:
 
 
 def reset(gpus: list[dict]) -> str:
-    """``nvidia-smi -r -i N``: the pending mode takes effect; the GPU's instances are gone."""
+    """``nvidia-smi -r -i N``: the pending mode takes effect; the GPU's instances are gone.
+
+    Refused for a GPU that runs a process (``processes.json``) or cannot be reset on its own
+    (``faults.json`` ``reset_unsupported``); the messages are the lab's wording, after the driver's.
+    """
     modes = _read(MODE_PATH, {})
     instances = _read(INSTANCES_PATH, {})
+    unsupported = {int(slot) for slot in _read(FAULTS_PATH, {}).get("reset_unsupported", [])}
+    for gpu in gpus:
+        if gpu["slot"] in unsupported:
+            raise MigError(f"Resetting GPU {gpu['bus_id']} is not supported.", EXIT_NOT_SUPPORTED)
+        if processes(gpu):
+            raise MigError(
+                f"GPU {gpu['bus_id']} is currently in use by another process.\n\n1 device is currently being used "
+                "by one or more other processes. Please first kill all processes using this device and all compute "
+                "applications running in the system.",
+                EXIT_OTHER,
+            )
     lines = []
     for gpu in gpus:
         key = str(gpu["slot"])

@@ -434,7 +434,15 @@ def gpu_xml(root: ET.Element, gpu: dict) -> None:
     sub(power, "default_power_limit", limit)
     sub(power, "min_power_limit", "200.00 W")
     sub(power, "max_power_limit", limit)
-    sub(node, "processes")
+    process_list = sub(node, "processes")
+    for process in mig.processes(gpu):
+        info = sub(process_list, "process_info")
+        sub(info, "gpu_instance_id", process.get("gpu_instance_id", "N/A"))
+        sub(info, "compute_instance_id", process.get("compute_instance_id", "N/A"))
+        sub(info, "pid", process["pid"])
+        sub(info, "type", "C")
+        sub(info, "process_name", process["name"])
+        sub(info, "used_memory", f"{process.get('used_memory_mib', 1024)} MiB")
 
 
 def query_xml(gpus: list[dict], driver: dict) -> str:
