@@ -59,8 +59,9 @@ options:
     default: gpu
   profile_set:
     description:
-      - The node's GPU model's MIG profile set, as C(matrix/mig_profiles.yml) records it (C(profiles) with each
-        profile's C(id), C(compute), C(memory) and C(placements)).
+      - The node's GPU model's MIG profile set, as C(matrix/mig_profiles.yml) records it under C(profile_sets)
+        (C(profiles), a list of each profile's C(name), C(id), C(compute), C(memory) and C(placements); other keys
+        are ignored).
       - With it, new GPU instances are placed beside kept ones where they fit and created by profile id; without it,
         a GPU that needs new instances beside kept ones is rebuilt whole, and profiles are created by name.
     type: dict
@@ -165,11 +166,15 @@ converged:
   sample: true
 """
 
+import re
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_bounded, use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_apply, mig_layout, mig_plan, mig_state
 
-NO_LISTING_RC = 6  # nvidia-smi mig -lgi/-lci: "No MIG-enabled devices found." / "No GPU instances found"
+# nvidia-smi mig -lgi/-lci with nothing to list exits non-zero: "No MIG-enabled devices found.",
+# "No GPU instances found: Not Found" (tests/fixtures/mig/lgi-mig-disabled.txt, lgi-none-a30.txt)
+NOTHING_LISTED = re.compile(r"^No (MIG-enabled devices|GPU instances|compute instances) found", re.IGNORECASE)
 
 
 class StepFailed(Exception):
@@ -190,9 +195,9 @@ class Node:
         self.timeout = module.params["command_timeout"]
         self.commands = []
 
-    def read(self, argv, what, accept=(0,)):
+    def read(self, argv, what, listing=False):
         rc, out, err = run_bounded(self.module, [self.smi, *argv], what, self.timeout)
-        if rc not in accept:
+        if rc != 0 and not (listing and NOTHING_LISTED.match((out or "").strip())):
             detail = (err or out or "").strip()
             self.module.fail_json(
                 msg="could not %s: nvidia-smi %s exited %d%s. Check the driver is loaded (nvidia-smi runs)"
@@ -210,8 +215,8 @@ class Node:
             first = mig_state.node_state(query)
             if not any(gpu["mig"].get("current") for gpu in first["gpus"]):
                 return first
-            lgi = self.read(["mig", "-lgi"], "list the GPU instances", accept=(0, NO_LISTING_RC))
-            lci = self.read(["mig", "-lci"], "list the compute instances", accept=(0, NO_LISTING_RC))
+            lgi = self.read(["mig", "-lgi"], "list the GPU instances", listing=True)
+            lci = self.read(["mig", "-lci"], "list the compute instances", listing=True)
             return mig_state.node_state(query, lgi, lci)
         except mig_state.MigStateError as exc:
             self.module.fail_json(msg="could not read the node's MIG state, so nothing was changed: %s" % exc)
@@ -295,12 +300,13 @@ def main():
     use_c_locale(module)
     params = module.params
     problems = mig_layout.selection_problems(params["config"], params["config_name"], ("config", "config_name"))
+    profile_set, set_problems = mig_apply.profile_set_of(params["profile_set"])
+    problems.extend(set_problems)
     if params["command_timeout"] < 1:
         problems.append("command_timeout is %d: give seconds, 1 or more" % params["command_timeout"])
     if problems:
         module.fail_json(msg="; ".join(problems))
     entries = params["config"]["mig-configs"][params["config_name"]]
-    profile_set = params["profile_set"]
     smi = params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", required=True)
     node = Node(module, smi)
 

@@ -29,6 +29,39 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_layo
 _CREATED_GI = re.compile(r"^Successfully created GPU instance ID\s+(\d+) on GPU\s+(\d+) using profile", re.M)
 
 
+PROFILE_NUMBERS = ("id", "compute", "memory")
+
+
+def profile_set_of(given):
+    """``(profile set for mig_plan, problems)`` from a profile set as ``matrix/mig_profiles.yml`` writes it.
+
+    ``profiles`` is a list of ``{name, id, compute, memory, placements}`` (the file's form) or a mapping of
+    names to them (the loaded form). None gives None: the planner then places nothing beside kept instances.
+    """
+    if given is None:
+        return None, []
+    profiles = given.get("profiles") if isinstance(given, dict) else None
+    if isinstance(profiles, dict):
+        profiles = [dict(profile, name=name) for name, profile in profiles.items()]
+    if not isinstance(profiles, list) or not profiles:
+        return None, ["profile_set needs profiles, as matrix/mig_profiles.yml lists them for the GPU model"]
+    found, problems = {}, []
+    for profile in profiles:
+        name = profile.get("name") if isinstance(profile, dict) else None
+        numbers = isinstance(profile, dict) and all(
+            isinstance(profile.get(key), int) and not isinstance(profile.get(key), bool) for key in PROFILE_NUMBERS
+        )
+        placements = isinstance(profile, dict) and isinstance(profile.get("placements"), list)
+        if not name or mig_layout.parse_device(name) is None or not numbers or not placements:
+            problems.append(
+                "profile_set profile %r needs a MIG profile name, id, compute, memory (whole numbers) and placements"
+                % (profile,)
+            )
+            continue
+        found[name] = {key: profile[key] for key in (*PROFILE_NUMBERS, "placements")}
+    return ({"profiles": found} if not problems else None), problems
+
+
 def gpu_index(gpu):
     return str(gpu["index"])
 

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_apply, mig_profiles, mig_state
 from ansible_collections.gpuops.cluster.plugins.modules import gpu_mig
 
@@ -15,7 +16,8 @@ from tests.unit.module_harness import FakeCommands, ModuleHarness, unbounded
 
 REPO = Path(__file__).resolve().parents[3]
 SIM = REPO / "extensions" / "molecule" / "lab" / "nvidia-smi" / "nvidia_smi_sim.py"
-H100 = mig_profiles.default_profiles().sets["h100-80gb"]
+# the profile set as the matrix file writes it, as a play passes it (lookup('file', ...) | from_yaml)
+H100 = yaml.safe_load(mig_profiles.DEFAULT_PROFILES_PATH.read_text())["profile_sets"]["h100-80gb"]
 MIXED = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
 
 
@@ -41,6 +43,7 @@ class Lab:
         self.root = root
         self.units = {"nvidia-dcgm-exporter": "active", "nvidia-dcgm": "inactive"}
         self.systemctl = []
+        self.ignored = None  # a nvidia-smi word whose commands answer success without running (a lying driver)
         (root / "usr/share/gpuops-lab").mkdir(parents=True)
         (root / "etc/gpuops-lab").mkdir(parents=True)
         (root / "usr/share/gpuops-lab/driver.json").write_text(json.dumps({"version": "550.127.05", "cuda": "12.4"}))
@@ -78,6 +81,8 @@ class Lab:
             if inner[1] == "is-active":
                 return 0, "".join(self.units.get(unit, "inactive") + "\n" for unit in inner[2:]), ""
             self.units[inner[2]] = "active" if inner[1] == "start" else "inactive"
+            return 0, "", ""
+        if self.ignored in inner:
             return 0, "", ""
         done = self.run_node(argv)
         return done.returncode, done.stdout, done.stderr
@@ -286,4 +291,22 @@ def test_a_bad_config_fails_before_reading_the_node(harness, lab, config, name, 
     failure = harness.outcome(gpu_mig, {"config": config, "config_name": name, "nvidia_smi_path": str(SIM)})
     assert failure.failed
     assert message in failure.result["msg"]
+    assert harness.commands.calls == []
+
+
+def test_a_layout_that_did_not_come_out_as_declared_fails_naming_the_difference(harness, lab):
+    lab.ignored = "-cgi"
+    failure = harness.outcome(gpu_mig, args(gpu0(MIXED), profile_set=H100))
+    assert failure.failed
+    assert failure.result["msg"] == (
+        "MIG layout chosen: GPU 0 (%s): declared MIG on: 1g.10gb x2, 2g.20gb x1, 3g.40gb x1, found MIG on: no instance"
+        % lab.state()["gpus"][0]["uuid"]
+    )
+    assert lab.units["nvidia-dcgm-exporter"] == "active"
+
+
+def test_a_bad_profile_set_fails_before_reading_the_node(harness, lab):
+    failure = harness.outcome(gpu_mig, args(gpu0(MIXED), profile_set={"profiles": [{"name": "1g.10gb"}]}))
+    assert failure.failed
+    assert "profile_set profile" in failure.result["msg"]
     assert harness.commands.calls == []
