@@ -61,7 +61,7 @@ options:
     description:
       - The node's GPU model's MIG profile set, as C(matrix/mig_profiles.yml) records it under C(profile_sets)
         (C(profiles), a list of each profile's C(name), C(id), C(compute), C(memory) and C(placements); other keys
-        are ignored).
+        are ignored); the filter C(gpuops.cluster.mig_profile_set) gives it for the host's C(gpuops_gpu).
       - With it, new GPU instances are placed beside kept ones where they fit and created by profile id; without it,
         a GPU that needs new instances beside kept ones is rebuilt whole, and profiles are created by name.
     type: dict
@@ -96,6 +96,7 @@ EXAMPLES = r"""
   gpuops.cluster.gpu_mig:
     config: "{{ gpuops_mig }}"
     config_name: "{{ gpuops_mig_config }}"
+    profile_set: "{{ gpuops_gpu | gpuops.cluster.mig_profile_set }}"
   register: mig
 
 - name: Reboot where a GPU could not be reset

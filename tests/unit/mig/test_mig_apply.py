@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.filter.mig import mig_profile_set
 from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_apply, mig_plan, mig_profiles
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "mig"
@@ -136,3 +139,21 @@ def test_the_profile_set_as_the_matrix_file_writes_it():
     bad = mig_apply.profile_set_of({"profiles": [{"name": "1g.10gb", "id": "19", "compute": 1, "memory": 1}]})
     assert bad[0] is None
     assert "needs a MIG profile name, id, compute, memory" in bad[1][0]
+
+
+def test_the_mig_profile_set_filter_feeds_the_module_option():
+    chosen = mig_profile_set("h100-sxm")
+    assert chosen["name"] == "h100-80gb"
+    found, problems = mig_apply.profile_set_of(chosen)
+    assert problems == []
+    assert found["profiles"]["3g.40gb"] == {"id": 9, "compute": 3, "memory": 4, "placements": [0, 4]}
+    assert mig_profile_set("l40s") is None
+    assert mig_profile_set("NVIDIA A100-SXM4-80GB")["name"] == "a100-80gb"
+    for gpu, message in (
+        ("a100-sxm4", "names GPUs of different MIG profiles"),
+        ("a30", "not recorded in matrix/mig_profiles.yml yet"),
+        ("x9000", "is no GPU of the compatibility matrix"),
+        (None, "give the host's gpuops_gpu"),
+    ):
+        with pytest.raises(AnsibleFilterError, match=message):
+            mig_profile_set(gpu)
