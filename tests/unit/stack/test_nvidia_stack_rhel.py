@@ -122,7 +122,9 @@ def test_pin_after_install_is_idempotent(run_module, node, paths, resolved):
     node.calls.clear()
     again = run_module(package_pin.main, args, check=True)
     assert again["changed"] is False
-    assert node.calls == [["/usr/bin/dnf", "-q", "module", "list", "--enabled", "nvidia-driver"]]
+    # one rpm -qa (the installed packages the pins name, locked at the pin's version) and the enabled stream
+    assert [call[:2] for call in node.calls] == [["/usr/bin/rpm", "-qa"], ["/usr/bin/dnf", "-q"]]
+    assert node.calls[1] == ["/usr/bin/dnf", "-q", "module", "list", "--enabled", "nvidia-driver"]
 
 
 def test_r580_move_on_rhel_removes_the_renamed_fabric_manager(resolved):
