@@ -20,9 +20,11 @@ description:
     the processes named, and nothing is changed on any GPU.
   - Before the first change it stops those of O(stop_services) that are active, and starts them again afterwards,
     also when a step failed.
-  - Where the MIG mode changes it resets the GPU (C(nvidia-smi -i N -r)); where the reset is refused or impossible,
-    or O(reset=reboot), the new mode is left pending and the module returns RV(reboot_required) true and the GPUs
-    in RV(pending_reboot), with RV(converged) false. After the reboot, a second run creates their instances.
+  - Where the MIG mode changes it resets the GPU (C(nvidia-smi -i N -r)). A reset refused because a process started
+    on the GPU since the read fails the module (a reboot would stop the job too). Where the reset is otherwise
+    refused or impossible, or O(reset=reboot), the new mode is left pending and the module returns
+    RV(reboot_required) true and the GPUs in RV(pending_reboot), with RV(converged) false. After the reboot, a
+    second run creates their instances.
   - After the changes it reads the state again and fails, naming each GPU and its difference, when the layout is not
     the declared one.
 author:
@@ -175,15 +177,17 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_appl
 
 # nvidia-smi mig -lgi/-lci with nothing to list exits non-zero: "No MIG-enabled devices found.",
 # "No GPU instances found: Not Found" (tests/fixtures/mig/lgi-mig-disabled.txt, lgi-none-a30.txt)
+# nvidia-smi -r on a GPU a process holds: "GPU 00000000:18:00.0 is currently in use by another process."
+IN_USE = re.compile(r"is currently in use by another process", re.IGNORECASE)
 NOTHING_LISTED = re.compile(r"^No (MIG-enabled devices|GPU instances|compute instances) found", re.IGNORECASE)
 
 
 class StepFailed(Exception):
     """A command that changes the node exited non-zero."""
 
-    def __init__(self, argv, rc, out, err):
+    def __init__(self, argv, rc, out, err, why=None):
         lines = (err or out or "").strip().splitlines()
-        super().__init__("%s exited %d%s" % (" ".join(argv), rc, (": " + lines[-1]) if lines else ""))
+        super().__init__(why or "%s exited %d%s" % (" ".join(argv), rc, (": " + lines[-1]) if lines else ""))
         self.details = {"cmd": argv, "rc": rc, "stdout": out, "stderr": err}
 
 
@@ -265,6 +269,16 @@ def apply_gpu(node, gpu_plan, reset_mode):
         if reset_mode == "reboot":
             return "reset=reboot: the new MIG mode takes effect at the next boot"
         rc, out, err = node.change(reset)
+        if rc != 0 and IN_USE.search(out + err):
+            # a process started since the read: never ask for a reboot under a job
+            raise StepFailed(
+                [node.smi, *reset],
+                rc,
+                out,
+                err,
+                "GPU %d was not reset, a process started on it since the read (%s); its new MIG mode is pending: run "
+                "again once the GPU is free" % (gpu_plan["index"], IN_USE.search(out + err).group(0)),
+            )
         if rc != 0:
             lines = (err or out or "").strip().splitlines()
             return "nvidia-smi -r exited %d%s" % (rc, (": " + lines[0]) if lines else "")
@@ -329,6 +343,7 @@ def main():
     if module._diff:
         result["diff"] = {"before": before, "after": after}
     if plan["refused"]:
+        result["changed"] = False
         module.fail_json(
             msg="MIG layout %s not applied, nothing was changed: %s. Stop or drain the jobs on these GPUs, then re-run"
             % (params["config_name"], "; ".join(plan["refused"])),

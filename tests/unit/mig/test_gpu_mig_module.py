@@ -44,6 +44,7 @@ class Lab:
         self.units = {"nvidia-dcgm-exporter": "active", "nvidia-dcgm": "inactive"}
         self.systemctl = []
         self.ignored = None  # a nvidia-smi word whose commands answer success without running (a lying driver)
+        self.before = {}  # a nvidia-smi word -> what happens on the node just before such a command runs
         (root / "usr/share/gpuops-lab").mkdir(parents=True)
         (root / "etc/gpuops-lab").mkdir(parents=True)
         (root / "usr/share/gpuops-lab/driver.json").write_text(json.dumps({"version": "550.127.05", "cuda": "12.4"}))
@@ -84,6 +85,9 @@ class Lab:
             return 0, "", ""
         if self.ignored in inner:
             return 0, "", ""
+        for word, happening in self.before.items():
+            if word in inner:
+                happening()
         done = self.run_node(argv)
         return done.returncode, done.stdout, done.stderr
 
@@ -310,3 +314,16 @@ def test_a_bad_profile_set_fails_before_reading_the_node(harness, lab):
     assert failure.failed
     assert "profile_set profile" in failure.result["msg"]
     assert harness.commands.calls == []
+
+
+def test_a_job_that_starts_before_the_reset_fails_the_run_and_asks_for_no_reboot(harness, lab):
+    def job_starts():
+        (lab.root / "run/gpuops-lab/processes.json").write_text(json.dumps({"0": [{"pid": 77, "name": "train.py"}]}))
+
+    lab.before["-r"] = job_starts
+    failure = harness.outcome(gpu_mig, args(gpu0(MIXED), profile_set=H100))
+    assert failure.failed
+    assert "is currently in use by another process" in failure.result["msg"]
+    assert failure.result["reboot_required"] is False
+    assert failure.result["cmd"][-2:] == ["0", "-r"]
+    assert lab.units["nvidia-dcgm-exporter"] == "active"
