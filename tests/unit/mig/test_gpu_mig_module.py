@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
 import json
 import shutil
 import subprocess
@@ -17,6 +20,9 @@ from tests.unit.module_harness import FakeCommands, ModuleHarness, unbounded
 REPO = Path(__file__).resolve().parents[3]
 SIM = REPO / "extensions" / "molecule" / "lab" / "nvidia-smi" / "nvidia_smi_sim.py"
 # the profile set as the matrix file writes it, as a play passes it (lookup('file', ...) | from_yaml)
+_spec = importlib.util.spec_from_file_location("nvidia_smi_sim_gpu_mig", SIM)
+sim = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sim)
 H100 = yaml.safe_load(mig_profiles.DEFAULT_PROFILES_PATH.read_text())["profile_sets"]["h100-80gb"]
 MIXED = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
 
@@ -51,8 +57,11 @@ class Lab:
         (root / "etc/gpuops-lab/gpus.json").write_text(json.dumps({"model": "H100-SXM", "count": 2}))
 
     def smi(self, *argv):
-        done = subprocess.run([str(SIM), *argv], capture_output=True, text=True, timeout=60, check=False)
-        return done.returncode, done.stdout, done.stderr
+        """What the test itself reads, in-process (faster); the module's commands run the simulator as a process."""
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = sim.main(list(argv), prog="nvidia-smi")
+        return code, out.getvalue(), ""
 
     def state(self):
         lgi, lci = self.smi("mig", "-lgi")[1], self.smi("mig", "-lci")[1]
