@@ -20,7 +20,8 @@ description:
     the processes named, and nothing is changed on any GPU.
   - Before the first change it stops those of O(stop_services) that are active, and starts them again afterwards,
     also when a step failed.
-  - Where the MIG mode changes it resets the GPU (C(nvidia-smi -i N -r)). A reset refused because a process started
+  - Where the MIG mode changes it resets the GPU (C(nvidia-smi -i N -r)), unless C(nvidia-smi -i N -mig) said the
+    mode took effect (the driver resets an idle GPU itself). A reset refused because a process started
     on the GPU since the read fails the module (a reboot would stop the job too). Where the reset is otherwise
     refused or impossible, or O(reset=reboot), the new mode is left pending and the module returns
     RV(reboot_required) true and the GPUs in RV(pending_reboot), with RV(converged) false. After the reboot, a
@@ -177,6 +178,9 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_appl
 
 # nvidia-smi mig -lgi/-lci with nothing to list exits non-zero: "No MIG-enabled devices found.",
 # "No GPU instances found: Not Found" (tests/fixtures/mig/lgi-mig-disabled.txt, lgi-none-a30.txt)
+# nvidia-smi -i N -mig 1 where the driver could not reset the GPU itself (MIG user guide):
+# "Warning: MIG mode is in pending enable state for GPU 00000000:07:00.0:In use by another client"
+PENDING = re.compile(r"pending (enable|disable) state", re.IGNORECASE)
 # nvidia-smi -r on a GPU a process holds: "GPU 00000000:18:00.0 is currently in use by another process."
 IN_USE = re.compile(r"is currently in use by another process", re.IGNORECASE)
 NOTHING_LISTED = re.compile(r"^No (MIG-enabled devices|GPU instances|compute instances) found", re.IGNORECASE)
@@ -262,9 +266,11 @@ def apply_gpu(node, gpu_plan, reset_mode):
     for argv in mig_apply.destroy_commands(gpu_plan):
         node.must(argv)
     mode = mig_apply.mode_command(gpu_plan)
-    if mode:
-        node.must(mode)
     reset = mig_apply.reset_command(gpu_plan)
+    if mode:
+        out = node.must(mode)
+        if reset and not PENDING.search(out):
+            reset = None  # the driver reset the GPU itself: "Enabled MIG Mode for GPU ..." (MIG user guide)
     if reset:
         if reset_mode == "reboot":
             return "reset=reboot: the new MIG mode takes effect at the next boot"
@@ -301,6 +307,8 @@ def main():
             "config": {"type": "dict", "required": True},
             "config_name": {"type": "str", "required": True},
             "nvidia_smi_path": {"type": "path"},
+            # NVIDIA's packaged units: nvidia-dcgm-exporter.service (NVIDIA/dcgm-exporter
+            # packaging/config-files/systemd, Wants/After nvidia-dcgm.service) and the host engine's nvidia-dcgm.service
             "stop_services": {
                 "type": "list",
                 "elements": "str",

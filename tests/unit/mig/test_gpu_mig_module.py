@@ -336,3 +336,19 @@ def test_a_job_that_starts_before_the_reset_fails_the_run_and_asks_for_no_reboot
     assert failure.result["reboot_required"] is False
     assert failure.result["cmd"][-2:] == ["0", "-r"]
     assert lab.units["nvidia-dcgm-exporter"] == "active"
+
+
+def test_no_reset_where_the_driver_applied_the_mode_itself(harness, lab):
+    def immediate(argv):
+        """A driver that resets an idle GPU at -mig 1 and says so (the MIG user guide's output)."""
+        inner = unbounded(argv)
+        code, out, err = lab.answer(argv)
+        assert (code, err) == (0, ""), out
+        lab.smi("-i", inner[2], "-r")
+        return 0, "Enabled MIG Mode for GPU 00000000:18:00.0\nAll done.\n", ""
+
+    harness.commands.add([str(SIM), "-i", "0", "-mig"], immediate)
+    harness.commands.inside_timeout = True
+    result = harness.run(gpu_mig, args(gpu0(MIXED), profile_set=H100))
+    assert changing(result) == [["-i", "0", "-mig", "1"], ["mig", "-i", "0", "-cgi", "9,14,19,19", "-C"]]
+    assert result["converged"] is True
