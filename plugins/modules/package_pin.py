@@ -34,7 +34,7 @@ options:
       - When given, only these packages are held (apt) or locked (dnf); the other names of O(pins) are pinned in the
         preferences file but not held, since C(apt-mark hold) fails on packages the repository does not have. On dnf
         the locks are these exact packages and the installed packages O(pins) name (globs included) at the pin's
-        version (one C(rpm -qa) call), such as C(nvidia-kmod-common): the driver's module stream
+        version (one C(rpm -qa) call), such as C(nvidia-kmod-common), since the driver's module stream
         (O(dnf_module_stream)) offers every release of its branch, so it holds none of them.
     type: list
     elements: dict
