@@ -736,7 +736,8 @@ class StrategyModule(FreeStrategyModule):
             ahead = set(replayed["drained_ahead"]) - left
             nodes = [journal_says(node, left, ahead) for node in nodes]
             resume["resumed_from"] = previous
-            resume["deadline"] = replayed.get("deadline")
+            # a run lost mid-way (its journal has no end) is continued with its deadline; one that ended is not
+            resume["deadline"] = replayed.get("deadline") if replayed.get("ended_at") is None else None
         try:
             self._journal = run_journal.JournalWriter(path)
         except OSError as error:

@@ -186,8 +186,11 @@ def replay(entries) -> dict:
                     "halted": None,
                     "resumed_from": item.get("resumed_from"),
                     "resumed": list(item.get("resumed") or []),
-                    # the operation's deadline: the first run's, which every run continuing it keeps
-                    "deadline": state["deadline"] if state["deadline"] is not None else item.get("deadline"),
+                    # the deadline of a run lost mid-way (no ``end``), which the run continuing it keeps; after a run
+                    # that ended, the new run's own
+                    "deadline": item.get("deadline")
+                    if state["deadline"] is None or state["ended_at"] is not None
+                    else state["deadline"],
                 }
             )
         elif kind == "admit":

@@ -216,6 +216,11 @@ def test_the_operation_keeps_the_first_run_s_deadline():
     assert replay(first)["deadline"] == 90000
     assert replay(first + again)["deadline"] == 90000
     assert replay(crashed_run())["deadline"] is None  # a journal of a run before deadlines: the window's default
+    # a run that ended is not continued: the next run of the same journal has its own deadline
+    ended = [*first, entry("end", 150, done=["a"], failed=[], deferred=["d"], halted=False)]
+    replayed = replay(ended + again)
+    assert replayed["deadline"] == 95000
+    assert replayed["ended_at"] is None
 
 
 # A re-run: the nodes left mid-upgrade count as out of service from the start and go first.

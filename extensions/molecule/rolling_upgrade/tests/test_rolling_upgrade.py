@@ -42,13 +42,13 @@ and a controller ru-ctl. The cases run in file order, each on the state the one 
    finishes the other nodes and ends ``partial``; ru-gpu4, idle, is drained by someone else while the
    canary upgrades: the window's next read sees it, and it is left alone, drained with its owner's
    reason, reported ``unavailable``;
-8. the gate fails closed: ``dcgmi`` removed from the canary (the stand-in of
-   extensions/molecule/lab/gpu_tools.yml), the run to 580.65.06 halts at its gate, which names the
-   missing tool; no other node is touched;
+8. the gate's needs before anything moves: ``dcgmi`` removed from the canary (the stand-in of
+   extensions/molecule/lab/gpu_tools.yml; the target carries no DCGM that would bring it), the run to
+   580.65.06 names the canary and the missing tool in its plan and stops: nothing drained or changed;
 9. a plan-only run (``-e``-style string) with ``all_reduce_perf`` removed from the canary and from a node
    gated at ``standard`` names the canary only, and nothing moves;
-10. one run finishes the fleet: a job of 4 minutes (limit 5) on ru-gpu4, ``max_job_wait`` 60 s (to 580.65.06,
-   the canary resumed from case 8): the others are upgraded first, then the run waits, nothing in flight and
+10. one run finishes the fleet: a job of 4 minutes (limit 5) on ru-gpu4, ``max_job_wait`` 60 s (to 550.127.08,
+   which ru-gpu1 and ru-gpu2 run): ru-gpu3 is upgraded first, then the run waits, nothing in flight and
    ru-gpu4 in service, until the job nears its end, and upgrades it; the journal (deadline, progress) and the
    report agree.
 
@@ -873,7 +873,8 @@ DCGMI = "/usr/bin/dcgmi"
 
 @pytest.fixture(scope="module", name="no_dcgmi")
 def fixture_no_dcgmi(workdir, outlasted):
-    """Case 8: dcgmi removed from the canary (the gate fails closed): to BRANCH, the run halts at the canary."""
+    """Case 8: dcgmi removed from the canary, whose extended gate runs it (the target carries no DCGM that would
+    bring it back): the run to BRANCH names the canary and the missing tool in its plan and stops, nothing moved."""
     assert outlasted[1].rc == 0
     sh(CANARY, "mv", DCGMI, DCGMI + ".removed")
     before = {n: installed(n) for n in NODES}
@@ -886,23 +887,19 @@ def fixture_no_dcgmi(workdir, outlasted):
     return run, audit, state
 
 
-def test_the_gate_fails_closed_when_dcgmi_is_removed(no_dcgmi):
+def test_a_canary_without_dcgmi_is_named_before_anything_moves(no_dcgmi):
     run, audit, state = no_dcgmi
     assert run.rc != 0
-    assert audit["result"] == "halted"
-    assert audit["halted_by"]["host"] == CANARY
-    assert "health gate" in audit["halted_by"]["reason"]
-    node = node_of(audit, CANARY)
-    assert node["status"] == "failed"
-    assert [(gate["level"], gate["healthy"]) for gate in node["gates"]] == [("extended", False)]
-    assert any("dcgmi not installed" in failure for failure in node["gates"][0]["failed"]), node["gates"]
-    # halted at the canary: no other node touched, the canary left drained for its operator
-    assert touched(audit) == {CANARY}
-    for name in NODES[1:]:
-        assert state["after"][name] == state["before"][name]
-        assert not drained(state["slurm"][name])
-    assert drained(state["slurm"][CANARY])
-    assert state["slurm"][CANARY]["reason"].startswith(f"gpuops-upgrade[{audit['run_id']}]: failed")
+    assert audit == {}  # stopped at the plan: no window, no report
+    (stop,) = [r for r in run.failures if r.task.startswith("Stop when a node lacks a tool its gate runs")]
+    message = stop.result["msg"]
+    assert message.startswith("Nothing moved: 1 node(s) whose health gate would fail for a missing tool"), message
+    assert f"{CANARY} (a canary): dcgmi not installed, a gate at level=extended runs it" in message
+    assert run.results_for(play="Upgrade in a sliding window") == []
+    # nothing moved: no package changed, no node drained by this run
+    assert state["after"] == state["before"]
+    for name in NODES:
+        assert "no_dcgmi" not in (state["slurm"][name]["reason"] or ""), scontrol_node(name)
 
 
 ALL_REDUCE_PERF = "/opt/nccl-tests/build/all_reduce_perf"
@@ -945,17 +942,17 @@ def test_a_plan_only_run_names_the_canary_without_all_reduce_perf_and_moves_noth
 
 @pytest.fixture(scope="module", name="waited")
 def fixture_waited(workdir, no_nccl_tests):
-    """Case 10: one run finishes the fleet. A job of 4 minutes (time limit 5) on the last node, max_job_wait 60 s
-    (to BRANCH, the canary resumed from case 8): the other nodes are upgraded long before its job nears its end, and
-    the run, with nothing in flight, waits for it (the default deadline: the job's EndTime), the node in service,
-    then upgrades it."""
+    """Case 10: one run finishes the fleet. A job of 4 minutes (time limit 5) on ru-gpu4, max_job_wait 60 s, to NEW
+    (ru-gpu1 and ru-gpu2 are on it since case 7; ru-gpu3 and ru-gpu4 on BRANCH since case 6): ru-gpu3 is upgraded
+    long before the job nears its end, and the run, with nothing in flight, waits for it (the default deadline: the
+    job's EndTime), ru-gpu4 in service, then upgrades it."""
     busy = NODES[3]
     job = submit_job(busy, "sleep 240", minutes=5)
     submitted = job_times(job)
     run, audit, wall = upgrade(
         workdir,
         "waited",
-        BRANCH,
+        NEW,
         gpuops_upgrade_max_unavailable=2,
         gpuops_upgrade_max_job_wait=60,
         gpuops_upgrade_refresh_interval=10,
@@ -986,8 +983,9 @@ def test_one_run_waits_in_service_for_the_last_job_and_finishes_the_fleet(waited
     assert admitted >= min(state["times"]["end"], state["planned_end"] - datetime.timedelta(seconds=60)) - (
         datetime.timedelta(seconds=2)
     )
+    assert sorted(node["host"] for node in audit["nodes"] if node["status"] == "upgraded") == [NODES[2], busy]
     for name in NODES:
-        assert state["installed"][name]["nvidia-driver"].startswith(BRANCH)
+        assert state["installed"][name]["nvidia-driver"].startswith(NEW)
         assert not drained(state["slurm"][name]), scontrol_node(name)
     # the journal says the same: the run's deadline (the job's EndTime), every node admitted and released ok, and a
     # progress line per admission and release, which the run printed too
