@@ -21,15 +21,16 @@ DRIVER = H100["driver_version"]
 
 def spec_for(names, driver=DRIVER, kind=cdi_spec.KIND):
     """The fixture as nvidia-ctk writes it for ``names`` and ``driver``: its device block repeated per name."""
-    head, _, rest = NCT.partition("devices:\n")
-    block, _, edits = rest.partition("containerEdits:\n")
+    head, _sep, rest = NCT.partition("devices:\n")
+    block, _sep, edits = rest.partition("containerEdits:\n")
     gpu0 = block.split('    - name: "all"')[0]
     devices = "".join(gpu0.replace('name: "0"', 'name: "%s"' % name) for name in [*names, "all"])
     text = head + "devices:\n" + devices + "containerEdits:\n" + edits
     return text.replace("999.88.77", driver).replace("kind: example.com/device", "kind: " + kind)
 
 
-def every_gpu(smi=H100):
+def every_gpu(smi=None):
+    smi = H100 if smi is None else smi
     return [str(gpu["index"]) for gpu in smi["gpus"]] + [gpu["uuid"] for gpu in smi["gpus"]]
 
 
@@ -149,7 +150,7 @@ def mig_node(devices_per_gpu):
 
 def test_mig_devices_must_be_listed():
     smi = mig_node(2)
-    [(status, _)] = cdi_spec.findings(
+    [(status, _detail)] = cdi_spec.findings(
         reading({"/var/run/cdi/nvidia.yaml": spec_for([*every_gpu(), "0:0", "0:1"])}), smi
     )
     assert status == "pass"

@@ -36,8 +36,8 @@ FLEET = {
 }
 
 
-def check(spec=FLEET, config="all-1g.10gb", gpu="h100-sxm"):
-    return mig_layout.problems(spec, config, gpu, MATRIX, PROFILES)
+def check(spec=None, config="all-1g.10gb", gpu="h100-sxm"):
+    return mig_layout.problems(FLEET if spec is None else spec, config, gpu, MATRIX, PROFILES)
 
 
 def test_an_operators_per_model_file_passes_for_each_model_it_names():

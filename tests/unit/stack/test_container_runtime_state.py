@@ -27,7 +27,8 @@ CONFIGURED = {
 ALL = ["containerd", "docker", "crio"]
 
 
-def reasons(files, present=("containerd", "docker"), nvml=NVML, **kwargs):
+def reasons(files, present=("containerd", "docker"), **kwargs):
+    nvml = kwargs.pop("nvml", NVML)  # None: no driver
     return state.reasons(list(present), ALL, nvml=nvml, exists=files.__contains__, read=files.get, **kwargs)
 
 

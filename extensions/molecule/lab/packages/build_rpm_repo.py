@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Build the lab's signed stand-in dnf repositories from a spec with ``format: rpm`` (lab only).
 
 Called by build_repo.py for spec-rhel9.yml. Writes, under STATE/repo/:

@@ -112,8 +112,8 @@ def test_unattended_upgrades_blacklist_covers_the_stack(host, report):
     # what the collection pins and nothing else: an NVIDIA package it does not manage keeps its updates
     assert "nvidia-" not in entries
     if "nvidia-container-toolkit" not in report["report"]["packages"]:
-        assert not any(re.match(entry, name) for entry in entries for name in ("nvidia-container-toolkit",
-                                                                              "libnvidia-container1"))  # fmt: skip
+        toolkit = ("nvidia-container-toolkit", "libnvidia-container1")
+        assert not any(re.match(entry, name) for entry in entries for name in toolkit)
 
 
 def test_newer_releases_moved_no_pinned_package(host):
