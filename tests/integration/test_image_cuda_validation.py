@@ -21,7 +21,8 @@ def test_driver_only_stack_with_image_cuda_validates(tmp_path: Path):
     resolved = h100.result["ansible_facts"]["gpuops_resolved_stack"]
     assert resolved["cuda_version"] is None
     assert resolved["nccl_version"] is None
-    assert {p["component"] for p in resolved["packages"]} == {"driver", "fabricmanager", "dcgm"}
+    # the DCGM Exporter comes with DCGM by default (gpuops_stack.dcgm_exporter: auto)
+    assert {p["component"] for p in resolved["packages"]} == {"driver", "fabricmanager", "dcgm", "dcgm_exporter"}
     assert [image["runs_by"] for image in resolved["image_cuda"]] == ["driver", "driver"]
     (shown,) = run.results_for(task="Show what each host will get", host="gpu-h100")
     assert "CUDA none on the host, NCCL none on the host" in shown.result["msg"]
