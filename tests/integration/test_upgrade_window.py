@@ -460,10 +460,13 @@ def test_a_re_run_with_the_same_journal_path_continues_it_within_max_unavailable
 
 STATEFUL_SLURM = r'''#!%(python)s
 """Stand-in Slurm: scontrol (show nodes --json, update drain or resume), squeue --json, sinfo text."""
-import json, os, sys, time
+import fcntl, json, os, sys, time
 STATE = %(state)r
 command = sys.argv[0].rsplit("/", 1)[-1]
 args = sys.argv[1:]
+# one command at a time over the state (the window drains two nodes at once: two read-modify-writes must not race)
+lock = open(STATE + ".lock", "w")
+fcntl.flock(lock, fcntl.LOCK_EX)
 with open(STATE) as handle:
     state = json.load(handle)
 now = time.time()
