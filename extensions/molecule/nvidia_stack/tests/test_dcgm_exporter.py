@@ -54,6 +54,11 @@ def test_the_exporter_comes_with_dcgm_at_the_paired_release_held_and_pinned(host
         assert not host.file(DROPIN).exists
         return
     assert exporter == {"version": "4.8.1", "dcgm": "4.5.2", "package": PACKAGE, "service": "nvidia-dcgm-exporter"}
+    if host.system_info.distribution == "rocky":  # the dnf node: the RPM's version-release, locked by versionlock
+        assert host.check_output(f"rpm -q --qf '%{{VERSION}}-%{{RELEASE}}' {PACKAGE}") == "4.8.1-1"
+        locks = host.file("/etc/dnf/plugins/versionlock.list").content_string.split()
+        assert f"{PACKAGE}-0:4.8.1-1.*" in locks
+        return
     assert package.version == "4.8.1-1"
     assert PACKAGE in host.check_output("apt-mark showhold").split()
     preferences = host.file("/etc/apt/preferences.d/gpuops-nvidia.pref").content_string
