@@ -71,6 +71,14 @@ def test_filter_names_the_canary_without_all_reduce_perf_only():
     ]
 
 
+def test_a_named_canary_already_done_leaves_the_window_to_pick_one():
+    surveyed = [
+        _surveyed("n1", "skip"),
+        _surveyed("n2", "upgrade", extended=["all_reduce_perf not installed ..."]),
+    ]
+    assert upgrade_gate_needs(surveyed, canaries=["n1"]) == ["n2 (a canary): all_reduce_perf not installed ..."]
+
+
 def test_filter_fails_closed_on_a_survey_that_said_nothing():
     lines = upgrade_gate_needs([_surveyed("n1", "upgrade", said=False)], canaries=["n1"])
     assert lines == ["n1: the survey did not say what the gate at level=extended needs on it"]
