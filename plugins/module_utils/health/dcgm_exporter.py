@@ -16,11 +16,12 @@ answer (refused, timed out, an HTTP error) fails with the fix: the verdict fails
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import socket
 import urllib.error
-import urllib.request
+import urllib.parse
 
 SERVICE = "nvidia-dcgm-exporter"
 # Where the packaged unit is (under /usr/lib on Ubuntu, NVIDIA/dcgm-exporter issue 606), or an operator's copy.
@@ -121,8 +122,19 @@ def _reason(error, timeout):
 
 
 def _get(url, timeout):
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return response.status, response.read().decode("utf-8", errors="replace")
+    """One GET of the node's own exporter, through http.client: this also runs in the node-side command
+    (roles/gpu_healthcheck), which has no ansible.module_utils.urls."""
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    try:
+        connection.request("GET", parts.path or "/")
+        response = connection.getresponse()
+        text = response.read().decode("utf-8", errors="replace")
+    finally:
+        connection.close()
+    if response.status >= 400:
+        raise urllib.error.HTTPError(url, response.status, response.reason, response.headers, None)
+    return response.status, text
 
 
 def gpu_series(metrics):
