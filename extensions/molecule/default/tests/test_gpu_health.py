@@ -61,7 +61,18 @@ PASS_ON_EVERY_NODE = {
 NVSWITCH_ONLY = {"mig_mode", "fabric", "nvlink", "fabricmanager"}
 # kernel_module: the lab's stand-in driver packages register no DKMS module and ship no nvidia.ko, so there is
 # nothing to check ("no NVIDIA driver installed by DKMS or a kernel module package"); tests/unit covers the check.
-SKIPPED_ON_EVERY_NODE = {"retired_pages", "nvlink_errors", "infiniband", "dcgm_diag", "nccl_busbw", "kernel_module"}
+SKIPPED_ON_EVERY_NODE = {
+    "retired_pages",
+    "nvlink_errors",
+    "infiniband",
+    "dcgm_diag",
+    "nccl_busbw",
+    "kernel_module",
+    # the smoke nodes have no container toolkit, no DCGM Exporter and no RDMA HCA: each check skips, never passes
+    "cdi_spec",
+    "dcgm_exporter",
+    "gpudirect_rdma",
+}
 PER_GPU = {"gpu_model", "persistence_mode", "ecc_mode", "ecc_errors", "row_remap", "pcie_link", "temperature",
            "clock_events", "recovery"}  # fmt: skip
 PER_GPU_NVSWITCH = {"mig_mode", "fabric", "nvlink"}
