@@ -80,3 +80,16 @@ def replace_file(path, content, mode=0o644, move=os.replace):
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def remove(module, path, diff=None) -> bool:
+    """Remove the managed file ``path`` if it exists (not in check mode); whether it did (or would). ``diff``, a list,
+    receives the file's before/after."""
+    before = read_text(path)
+    if before is None:
+        return False
+    if diff is not None:
+        diff.append(dict(before=before, after="", before_header=path, after_header=path))
+    if not module.check_mode:
+        os.unlink(path)
+    return True

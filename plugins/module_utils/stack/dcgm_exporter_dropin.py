@@ -16,7 +16,6 @@ the packaged unit restarts only on an abort.
 
 from __future__ import annotations
 
-import os
 import re
 
 from ansible_collections.gpuops.cluster.plugins.module_utils import managed_file
@@ -74,13 +73,7 @@ def run(module) -> dict:
     result = dict(changed=False, path=path)
     diff = [] if module._diff else None
     if params["state"] == "absent":
-        before = managed_file.read_text(path)
-        if before is not None:
-            result["changed"] = True
-            if diff is not None:
-                diff.append(dict(before=before, after="", before_header=path, after_header=path))
-            if not module.check_mode:
-                os.unlink(path)
+        result["changed"] = managed_file.remove(module, path, diff)
     else:
         try:
             content = render(params["port"], params["collectors"], params["hostengine"])
