@@ -185,6 +185,30 @@ def changed_areas(before, after, removed=(), written=()) -> list:
     return [area for area in AREAS if area in areas] + sorted(areas - set(AREAS))
 
 
+def live_writes(writes, skip_reason, writable) -> dict:
+    """Which planned sysfs ``writes`` (from :func:`plan`) are made live: the one decision of a run and of check mode.
+
+    ``skip_reason`` is why no host-global knob may be written here (a container, a test root,
+    ``apply_live: never``; from ``container_detection.skip_live_reason``) or None. ``writable(path)``
+    says whether a path relative to the root can be written (a read-only /sys in a container refuses
+    every write, ``apply_live: always`` or not). Returns ``{'apply': [write], 'skip': [{'name', 'reason'}]}``:
+    check mode reports ``apply`` as what it would write, the run writes exactly those.
+    """
+    apply, skip = [], []
+    for write in writes:
+        if skip_reason:
+            reason = skip_reason
+        elif not writable(write["path"]):
+            reason = f"/{write['path']} is read-only here"
+        else:
+            apply.append(write)
+            continue
+        entry = {"name": write["knob"], "reason": reason}
+        if entry not in skip:
+            skip.append(entry)
+    return {"apply": apply, "skip": skip}
+
+
 # ------------------------------------------------------------------ the module's work
 MODULE_KWARGS = dict(
     argument_spec=dict(
@@ -257,12 +281,12 @@ def run(module) -> dict:
                     os.unlink(old)
     result["removed"] = list(removed)
     reason = container_detection.skip_live_reason(module.params["apply_live"], root, container)
-    for write in decided["writes"]:
+    decided_live = live_writes(decided["writes"], reason, lambda path: os.access(os.path.join(root, path), os.W_OK))
+    for skipped in decided_live["skip"]:
+        if skipped not in result["not_applied_live"]:
+            result["not_applied_live"].append(skipped)
+    for write in decided_live["apply"]:
         shown = f"/{write['path']}"
-        if reason:
-            if dict(name=write["knob"], reason=reason) not in result["not_applied_live"]:
-                result["not_applied_live"].append(dict(name=write["knob"], reason=reason))
-            continue
         if module.check_mode:
             result["applied_live"].append(shown)
             continue
@@ -293,8 +317,8 @@ def run(module) -> dict:
             dict(before=before or "", after=after or "", before_header=path, after_header=path),
             *(dict(before=text, after="", before_header=old, after_header=old) for old, text in removed.items()),
             dict(
-                before="".join(f"/{w['path']}: {w['before']}\n" for w in decided["writes"]),
-                after="".join(f"/{w['path']}: {w['after']}\n" for w in decided["writes"]),
+                before="".join(f"/{w['path']}: {w['before']}\n" for w in decided_live["apply"]),
+                after="".join(f"/{w['path']}: {w['after']}\n" for w in decided_live["apply"]),
                 before_header="sysfs",
                 after_header="sysfs",
             ),

@@ -296,3 +296,98 @@ def test_run_as_a_part_returns_what_the_module_returns(make_tree, run_module, mo
     assert as_module.pop("_failed") is False
     assert as_module.pop("_commands") == []
     assert as_part == as_module
+
+
+# ------------------------------------------------------------------ check mode predicts the run (issue 26 item 9)
+THP_ONLY = {"thp_enabled": "madvise", "thp_defrag": "defer+madvise"}
+THP_DEFRAG_PATH = "sys/kernel/mm/transparent_hugepage/defrag"
+
+
+def test_live_writes_is_one_decision_for_each_write():
+    writes = [
+        {"knob": "thp_enabled", "path": "sys/kernel/mm/transparent_hugepage/enabled", "before": "x", "after": "y"},
+        {"knob": "thp_defrag", "path": THP_DEFRAG_PATH, "before": "madvise", "after": "defer+madvise"},
+    ]
+    everywhere = kr.live_writes(writes, None, lambda path: True)
+    assert everywhere == {"apply": writes, "skip": []}
+    in_container = kr.live_writes(writes, "in a container (podman)", lambda path: True)
+    assert in_container["apply"] == []
+    assert in_container["skip"] == [
+        {"name": "thp_enabled", "reason": "in a container (podman)"},
+        {"name": "thp_defrag", "reason": "in a container (podman)"},
+    ]
+    read_only = kr.live_writes(writes, None, lambda path: path != THP_DEFRAG_PATH)
+    assert read_only["apply"] == writes[:1]
+    assert read_only["skip"] == [{"name": "thp_defrag", "reason": f"/{THP_DEFRAG_PATH} is read-only here"}]
+
+
+def converged_then_drifted(root, run_module, args):
+    """Converge ``args`` (drop-in written, THP enabled madvise), then set THP defrag back to the kernel default."""
+    run_module(module, dict(args, apply_live="never"))
+    (root / "sys/kernel/mm/transparent_hugepage/enabled").write_text("always [madvise] never\n")
+    (root / THP_DEFRAG_PATH).write_text("always defer defer+madvise [madvise] never\n")
+
+
+def check_then_run(run_module, args):
+    checked = run_module(module, args, check_mode=True, diff=True)
+    ran = run_module(module, args, diff=True)
+    for key in ("changed", "applied_live", "not_applied_live", "changed_areas", "file_changed", "diff"):
+        assert checked[key] == ran[key], key
+    return checked, ran
+
+
+def test_check_mode_predicts_the_run_in_a_container(make_tree, run_module, as_running_system):
+    """A converged node in a podman container: check mode predicts no THP write, and the run makes none."""
+    del as_running_system
+    root, _unused = make_tree("one_socket")
+    (root / "run").mkdir(exist_ok=True)
+    (root / "run/.containerenv").write_text("engine=podman\n")
+    args = dict(THP_ONLY, root=str(root), apply_live="auto")
+    converged_then_drifted(root, run_module, args)
+
+    checked, ran = check_then_run(run_module, args)
+    assert checked["container"] == ran["container"] == "podman"
+    assert checked["changed"] is False
+    assert checked["applied_live"] == []
+    assert {"name": "thp_defrag", "reason": "in a container (podman)"} in checked["not_applied_live"]
+    assert checked["changed_areas"] == []
+    sysfs = [d for d in checked["diff"] if d["before_header"] == "sysfs"]
+    assert sysfs == [dict(before="", after="", before_header="sysfs", after_header="sysfs")]
+    assert kr.read_thp(str(root))["defrag"] == "madvise", "the host-global knob is left alone"
+
+
+def test_check_mode_predicts_the_run_on_a_host(make_tree, run_module, as_running_system):
+    """The same node on a host: check mode predicts the THP defrag write, and the run makes exactly it."""
+    del as_running_system
+    root, _unused = make_tree("one_socket")
+    args = dict(THP_ONLY, root=str(root), apply_live="auto")
+    converged_then_drifted(root, run_module, args)
+
+    checked = run_module(module, args, check_mode=True, diff=True)
+    assert kr.read_thp(str(root))["defrag"] == "madvise", "check mode writes nothing"
+    ran = run_module(module, args, diff=True)
+    for key in ("changed", "applied_live", "not_applied_live", "changed_areas", "file_changed", "diff"):
+        assert checked[key] == ran[key], key
+    assert checked["container"] is None
+    assert checked["changed"] is True
+    assert checked["applied_live"] == [f"/{THP_DEFRAG_PATH}"]
+    assert checked["changed_areas"] == ["thp"]
+    assert kr.read_thp(str(root))["defrag"] == "defer+madvise"
+    again = run_module(module, args, check_mode=True)
+    assert again["changed"] is False
+    assert again["applied_live"] == []
+
+
+def test_check_mode_predicts_a_read_only_sys(make_tree, run_module, monkeypatch):
+    """apply_live always where /sys is read-only (a container's default): predicted skipped, and skipped."""
+    root, _unused = make_tree("one_socket")
+    args = dict(THP_ONLY, root=str(root), apply_live="always")
+    converged_then_drifted(root, run_module, args)
+    real_access = kr.os.access
+    monkeypatch.setattr(kr.os, "access", lambda path, mode: "/sys/" not in path and real_access(path, mode))
+
+    checked, ran = check_then_run(run_module, args)
+    assert checked["changed"] is False
+    assert checked["applied_live"] == []
+    assert {"name": "thp_defrag", "reason": f"/{THP_DEFRAG_PATH} is read-only here"} in ran["not_applied_live"]
+    assert kr.read_thp(str(root))["defrag"] == "madvise"
