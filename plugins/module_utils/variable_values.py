@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ansible.module_utils.common.parameters import DEFAULT_TYPE_VALIDATORS
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import health_checks, thresholds
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import kernel_lockstep
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import irq_affinity, kernel_cmdline, sysctl_profile
 
 TYPE_WORDS = {
@@ -126,6 +127,11 @@ def _url_problem(url, values, allow_empty=True):
             "use https:// (or set nvidia_stack_repo_allow_http: true for a mirror inside a trusted network)"
         )
     return "not an https:// URL"
+
+
+def _kernel_request(value, _values):
+    # Empty: leave the kernel where it is (the role's default when gpuops_kernel is unset).
+    return None if str(value).strip() == "" else kernel_lockstep.request_problem(value)
 
 
 def _repository_url(value, values):
@@ -236,6 +242,7 @@ FORMATS = {
     "tcp_port": _tcp_port,
     "absolute_path": _absolute_path,
     "repository_url": _repository_url,
+    "kernel_request": _kernel_request,
     "repositories": _repositories,
     "argv": _argv,
     "sysctls": _sysctls,

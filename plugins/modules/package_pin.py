@@ -135,6 +135,20 @@ options:
         for example C(nvidia-driver:550-dkms).
       - Ignored on apt.
     type: str
+  kernel_hold:
+    description:
+      - Hold the installed kernel packages with the stack (kernel lockstep, for a driver built by DKMS), so that no
+        upgrade installs a kernel the NVIDIA module was not built for; M(gpuops.cluster.kernel_package) moves the
+        kernel on purpose.
+      - On apt, C(apt-mark hold) on every installed C(linux-image-*), C(linux-headers-*), C(linux-modules-*) package
+        and the C(linux-<flavour>) metapackage of an installed C(linux-image-<flavour>) (one C(dpkg-query) in the
+        same execution); the held names are recorded in O(preferences_path), so that V(false) later releases
+        exactly those.
+      - On dnf, a versionlock line for every installed version of C(kernel), C(kernel-core), C(kernel-modules),
+        C(kernel-modules-core), C(kernel-modules-extra) and C(kernel-devel) (one C(rpm -q)), in the managed block.
+      - Only with O(state=present) and O(hold=true).
+    type: bool
+    default: false
 extends_documentation_fragment:
   - gpuops.cluster.attributes
   - gpuops.cluster.attributes.platform
@@ -215,6 +229,12 @@ commands:
   type: list
   elements: list
   sample: [["apt-mark", "hold", "nvidia-driver-550"]]
+kernel_holds:
+  description: The kernel packages held (apt names) or locked (dnf versionlock lines) with the stack (O(kernel_hold)).
+  returned: always
+  type: list
+  elements: str
+  sample: ["linux-headers-6.1.0-39-amd64", "linux-headers-amd64", "linux-image-6.1.0-39-amd64", "linux-image-amd64"]
 diff:
   description: Before and after of every file and of the owned holds.
   returned: when diff mode is on

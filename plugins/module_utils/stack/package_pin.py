@@ -19,6 +19,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner impo
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
     apt_pinning,
+    kernel_lockstep,
     pin_plan,
     rpm_versionlock,
     stack_facts,
@@ -111,6 +112,35 @@ def read_dnf(module):
     return before, pin_plan.dnf_stream_commands(stream, enabled, dnf)
 
 
+def read_kernel_packages(module, manager):
+    """The kernel packages to hold with the stack (kernel lockstep): apt names, or dnf versionlock lines.
+
+    One command in this same execution: ``dpkg-query -W`` of the installed ``linux-*`` packages, or ``rpm -q``
+    of the kernel packages (every installed version). Nothing without ``kernel_hold`` or ``state=present``.
+    """
+    params = module.params
+    if not (params["kernel_hold"] and params["state"] == "present" and params["hold"]):
+        return []
+    if manager == "apt":
+        dpkg_query = module.get_bin_path("dpkg-query", required=True)
+        argv = [dpkg_query, "-W", "-f", "${Package}\\t${Version}\\t${Status}\\n", "linux-*"]
+        rc, out, err = run_bounded(module, argv, "list the installed kernel packages", hint=FIX_HINT)
+        if rc not in (0, 1):  # 1: no package matches
+            module.fail_json(msg=f"dpkg-query failed listing the kernel packages: {(err or out).strip()}", rc=rc)
+        try:
+            return kernel_lockstep.apt_kernel_holds(apt_pinning.parse_dpkg_query(out))
+        except apt_pinning.PinningError as exc:
+            module.fail_json(msg=f"cannot read the installed kernel packages: {exc}")
+    rpm = module.get_bin_path("rpm", required=True)
+    argv = [rpm, "-q", "--qf", kernel_lockstep.RPM_KERNEL_QUERY_FORMAT, *kernel_lockstep.RPM_KERNEL_NAMES]
+    _rc, out, _err = run_bounded(module, argv, "list the installed kernel packages", hint=FIX_HINT)
+    try:
+        return kernel_lockstep.rpm_kernel_locks(kernel_lockstep.parse_rpm_kernels(out))
+    except kernel_lockstep.LockstepError as exc:
+        module.fail_json(msg=str(exc))
+    return []
+
+
 MODULE_KWARGS = dict(
     argument_spec={
         "packages": {
@@ -147,6 +177,7 @@ MODULE_KWARGS = dict(
         "versionlock_path": {"type": "path", "default": "/etc/dnf/plugins/versionlock.list"},
         "dnf_module_stream": {"type": "str"},
         "package_manager": {"type": "str", "default": "auto", "choices": ["auto", "apt", "dnf"]},
+        "kernel_hold": {"type": "bool", "default": False},
     },
     supports_check_mode=True,
 )
@@ -163,12 +194,13 @@ def run(module) -> dict:
         dnf_locks = manager == "dnf" and params["packages"]
         installed_rpms = read_installed_rpms(module, params["pins"]) if dnf_locks else None
         pins, installed = pin_plan.request_pins(manager, params["pins"], params["packages"], installed_rpms)
+        kernel = read_kernel_packages(module, manager)
         if manager == "apt":
             pref_before, uu_before, held, apt_mark = read_apt(module)
-            plan = pin_plan.apt_plan(params, pins, installed, pref_before, uu_before, held, apt_mark)
+            plan = pin_plan.apt_plan(params, pins, installed, pref_before, uu_before, held, apt_mark, kernel)
         else:
             before, stream_commands = read_dnf(module)
-            plan = pin_plan.dnf_plan(params, pins, before, stream_commands)
+            plan = pin_plan.dnf_plan(params, pins, before, stream_commands, kernel)
     except pin_plan.PlanError as exc:
         module.fail_json(msg=str(exc))
 
@@ -181,4 +213,4 @@ def run(module) -> dict:
             write_text(module, change["path"], change["after"])
         for argv in plan["hold_commands"]:
             run_checked(module, argv, f"run apt-mark {argv[1]}", FIX_HINT, seconds=CHANGE_LIMIT)
-    return pin_plan.result(manager, pins, plan, diff=module._diff)
+    return dict(pin_plan.result(manager, pins, plan, diff=module._diff), kernel_holds=kernel)

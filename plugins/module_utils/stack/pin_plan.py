@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import apt_pinning, rpm_versionlock
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import apt_pinning, kernel_lockstep, rpm_versionlock
 
 _GLOB_CHARS = "*?[]"
 
@@ -117,16 +117,19 @@ def apt_owned_names(pins, pref_before):
     return owned
 
 
-def apt_files(request, pins, pref_before, uu_before):
+def apt_files(request, pins, pref_before, uu_before, kernel_holds=()):
     """``(preferences after, unattended-upgrades drop-in after)`` for ``request``; None removes the file.
 
     ``request`` holds the module options ``state``, ``priority``, ``unattended_upgrades`` and
-    ``unattended_upgrades_patterns``.
+    ``unattended_upgrades_patterns``. ``kernel_holds`` (the kernel packages held with the stack) are recorded
+    in the preferences file, so that a later run knows which kernel holds are the collection's to release.
     """
     state = request["state"]
     try:
         if state == "present":
             pref_after = apt_pinning.render_preferences(pins, request["priority"])
+            if kernel_holds and request["hold"]:
+                pref_after += "\n" + kernel_lockstep.holds_comment(kernel_holds)
             names = [name for pin in pins for name in pin["names"]]
             if request["unattended_upgrades"]:
                 uu_after = apt_pinning.render_unattended_blacklist(names, request["unattended_upgrades_patterns"])
@@ -141,15 +144,17 @@ def apt_files(request, pins, pref_before, uu_before):
     return pref_after, uu_after
 
 
-def apt_holds(request, pins, installed, held, owned, apt_mark="apt-mark"):
+def apt_holds(request, pins, installed, held, owned, apt_mark="apt-mark", kernel_holds=()):
     """The ``apt-mark hold``/``unhold`` calls (one each, only for names that change) and the holds diff.
 
     Every exact pin name is pinned in the preferences file; only the names in
-    ``installed`` (the packages option), when given, are held. ``held`` is what
-    ``apt-mark showhold`` listed; holds on names not in ``owned`` are never touched.
+    ``installed`` (the packages option), when given, are held, and the kernel
+    packages in ``kernel_holds``. ``held`` is what ``apt-mark showhold`` listed;
+    holds on names not in ``owned`` are never touched.
     """
     keep_holds = request["state"] == "present" and request["hold"]
     to_hold = [name for name in apt_pinning.managed_names(pins) if not installed or name in installed]
+    to_hold += list(kernel_holds)
     plan = apt_pinning.plan_holds(to_hold, held, sorted(owned), keep_holds)
     commands = []
     if plan["hold"]:
@@ -166,14 +171,18 @@ def apt_holds(request, pins, installed, held, owned, apt_mark="apt-mark"):
     }
 
 
-def apt_plan(request, pins, installed, pref_before, uu_before, held, apt_mark="apt-mark"):
+def apt_plan(request, pins, installed, pref_before, uu_before, held, apt_mark="apt-mark", kernel_holds=()):
     """The whole apt plan from what was read: the two files and the holds.
 
     ``request`` holds the module options ``state``, ``priority``, ``hold``, ``preferences_path``,
     ``unattended_upgrades``, ``unattended_upgrades_path`` and ``unattended_upgrades_patterns``.
+    ``kernel_holds``: the installed kernel packages to hold with the stack (kernel lockstep); the kernel holds
+    an earlier run recorded and this one does not make are released.
     """
-    pref_after, uu_after = apt_files(request, pins, pref_before, uu_before)
-    holds = apt_holds(request, pins, installed, held, apt_owned_names(pins, pref_before), apt_mark)
+    kernel_holds = sorted(kernel_holds or ()) if request["state"] == "present" else []
+    pref_after, uu_after = apt_files(request, pins, pref_before, uu_before, kernel_holds)
+    owned = apt_owned_names(pins, pref_before) | set(kernel_holds) | set(kernel_lockstep.recorded_holds(pref_before))
+    holds = apt_holds(request, pins, installed, held, owned, apt_mark, kernel_holds)
     return dict(
         holds,
         files=[
@@ -204,11 +213,13 @@ def dnf_stream_commands(stream, enabled, dnf="dnf"):
     return [[dnf, *argv[1:]] for argv in planned]
 
 
-def dnf_plan(request, pins, before, stream_commands=()):
+def dnf_plan(request, pins, before, stream_commands=(), kernel_locks=()):
     """The whole dnf plan from what was read: the versionlock list, the stream commands and the lock changes.
 
     ``before`` is the current lock list (None: absent); ``request`` holds the module options ``state``,
-    ``hold`` and ``versionlock_path``.
+    ``hold`` and ``versionlock_path``. ``kernel_locks``: versionlock lines for every installed version of the
+    kernel packages (kernel lockstep), kept in the same managed block; several lines for one kernel name are
+    meant (every installed kernel stays allowed, no other comes in).
     """
     packages = dnf_lock_packages(pins)
     try:
@@ -219,7 +230,7 @@ def dnf_plan(request, pins, before, stream_commands=()):
     old_entries = rpm_versionlock.parse_versionlock_list(current)["managed"]
     old_names = {entry["name"] for entry in map(rpm_versionlock.parse_lock_entry, old_entries) if entry}
     owned = sorted(old_names | {package["name"] for package in packages})
-    entries = wanted if request["state"] == "present" and request["hold"] else []
+    entries = sorted(set(wanted) | set(kernel_locks)) if request["state"] == "present" and request["hold"] else []
     after = rpm_versionlock.render_versionlock_list(current, entries, owned)
     if before is None and not after:
         after = None
