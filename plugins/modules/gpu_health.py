@@ -304,6 +304,12 @@ options:
               dcgm_exporter, gpudirect_rdma,
               ecc_rate, row_remap_rate, infiniband_rate, xid_repeat, nccl_baseline, dcgm_baseline,
               settle]
+  mig_profile_set:
+    description:
+      - The GPU model's MIG profiles as C(gpuops.cluster.gpu_mig) takes them (C(gpuops.cluster.mig_profile_set)).
+        C(nvidia-smi -q -x) names no profile; with the set, RV(facts) and the C(mig_mode) check name each GPU
+        instance's profile from its memory and engines, without it its id and memory.
+    type: dict
   fail_on_unhealthy:
     description:
       - Fail the task when any check fails. The result still carries every check.
@@ -429,7 +435,8 @@ actions:
     gpus:
       - {gpu_index: 3, pci_bus_id: "00000000:4E:00.0", action: reset_gpu}
 facts:
-  description: What was read.
+  description: What was read. C(gpus[].mig) is the GPU's MIG mode (C(current), C(pending), null without MIG) and
+    its GPU instances (C(id), C(profile), C(compute_instances), C(memory_mib), C(multiprocessors)).
   returned: always
   type: dict
   sample:
@@ -438,7 +445,8 @@ facts:
     gpu_count: 8
     gpu_models: [NVIDIA H100 80GB HBM3]
     gpus:
-      - {index: 0, pci_bus_id: "00000000:18:00.0", product_name: NVIDIA H100 80GB HBM3, serial: "1652923023310"}
+      - {index: 0, pci_bus_id: "00000000:18:00.0", product_name: NVIDIA H100 80GB HBM3, serial: "1652923023310",
+         mig: {current: true, pending: true, gpu_instances: [{id: 2, profile: 3g.40gb, compute_instances: [0]}]}}
     parse_warnings: []
     kernel_log_formats: [journal_iso]
     kernel_events: 0
@@ -565,6 +573,7 @@ def argument_spec():
             default=[],
             choices=list(health_checks.CHECKS) + list(node_history.CHECKS) + list(settle_wait.CHECKS),
         ),
+        mig_profile_set=dict(type="dict"),
         fail_on_unhealthy=dict(type="bool", default=False),
         prometheus_textfile=dict(type="path"),
         gate_needs=dict(type="list", elements="str", default=[], choices=list(gate_needs.LEVELS)),
@@ -682,21 +691,12 @@ def main():
     inputs = reader.read_all(offline, since)
     for note in reader.notes:
         module.warn(note)
-    options = {
-        "expected_gpu_count": params["expected_gpu_count"],
-        "expected_gpu_model": params["expected_gpu_model"],
-        "expected_driver_version": params["expected_driver_version"],
-        "expected_ib_ports": params["expected_ib_ports"],
-        "expected_ib_port_count": params["expected_ib_port_count"],
-        "expected_ib_rate": params["expected_ib_rate"],
-        "expected_nvlinks": params["expected_nvlinks"],
-        "expected_pcie_width": params["expected_pcie_width"],
-        "expected_pcie_gen": params["expected_pcie_gen"],
-        "pcie_baseline": params["pcie_baseline"],
-        "thresholds": params["thresholds"] or {},
-        "skip_checks": params["skip_checks"],
-        "gpudirect_rdma": params["gpudirect_rdma"],
-    }
+    keys = (
+        "expected_gpu_count", "expected_gpu_model", "expected_driver_version", "expected_ib_ports",
+        "expected_ib_port_count", "expected_ib_rate", "expected_nvlinks", "expected_pcie_width", "expected_pcie_gen",
+        "pcie_baseline", "skip_checks", "gpudirect_rdma", "mig_profile_set",
+    )  # fmt: skip
+    options = dict({key: params[key] for key in keys}, thresholds=params["thresholds"] or {})
     try:
         verdict = health_checks.evaluate(inputs, options)
         if params["node_state"]:

@@ -21,6 +21,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     dcgm_exporter,
     gpudirect_rdma,
     kernel_modules,
+    mig_health,
     node_verdict,
     nvlink_counts,
     thresholds,
@@ -159,17 +160,9 @@ def _persistence(gpu):
     return _check("persistence_mode", "warn", "disabled: enable nvidia-persistenced", gpu)
 
 
-def _mig(gpu):
-    mig = gpu.get("mig_mode") or {}
-    if mig.get("current") is None:
-        return _check("mig_mode", "skip", "MIG not supported", gpu)
-    state = "enabled" if mig["current"] else "disabled"
-    if mig.get("pending") is not None and mig["pending"] != mig["current"]:
-        pending = "enabled" if mig["pending"] else "disabled"
-        return _check(
-            "mig_mode", "warn", "MIG %s, %s pending: reset the GPU to apply" % (state, pending), gpu, "reset_gpu"
-        )
-    return _check("mig_mode", "pass", "MIG %s" % state, gpu)
+def _judged(name, gpu, verdict):
+    """A check from a judge's ``(status, detail, action)`` (``mig_health``'s); None for None (the judge passes)."""
+    return None if verdict is None else _check(name, verdict[0], verdict[1], gpu, verdict[2])
 
 
 def _ecc_mode(gpu):
@@ -206,7 +199,7 @@ def _ecc_errors(gpu, limits):
 def _row_remap(gpu, limits):
     rows = gpu.get("remapped_rows")
     if rows is None:
-        return _check("row_remap", "skip", "row remapping not reported (Volta or older, or MIG enabled)", gpu)
+        return _check("row_remap", "skip", "row remapping not reported (Volta or older)", gpu)
     finding = _Finding()
     if rows.get("failure"):
         finding.add("fail", "a row remapping failed: the GPU needs replacing", "hardware_inspection")
@@ -815,7 +808,8 @@ def evaluate(inputs, options=None):
     ``mlx5_0:1``), ``expected_ib_port_count``, ``expected_ib_rate`` (Gb/s), ``expected_nvlinks``,
     ``expected_pcie_width``, ``expected_pcie_gen``, ``pcie_baseline``, ``thresholds`` (see
     ``thresholds.TABLE``), ``skip_checks``, ``gpudirect_rdma`` (the setting, one of ``gpudirect_rdma.SETTINGS``,
-    judged against ``inputs['gpudirect_rdma']``, gpudirect_rdma.read; its path goes into the facts).
+    judged against ``inputs['gpudirect_rdma']``, gpudirect_rdma.read; its path goes into the facts),
+    ``mig_profile_set`` (the GPU model's MIG profiles: names the GPU instances of ``facts.gpus[].mig``).
     """
     options = options or {}
     limits = thresholds.limits(options.get("thresholds"))
@@ -838,6 +832,7 @@ def evaluate(inputs, options=None):
 
     smi = inputs.get("smi")
     gpus = smi["gpus"] if smi else []
+    mig_layouts = {gpu["index"]: mig_health.layout(gpu, options.get("mig_profile_set")) for gpu in gpus}
     smi_checks = (
         "gpu_count", "gpu_model", "driver_version", "persistence_mode", "mig_mode", "ecc_mode", "ecc_errors",
         "row_remap", "retired_pages", "pcie_link", "temperature", "clock_events", "recovery", "fabric",
@@ -858,14 +853,16 @@ def evaluate(inputs, options=None):
         checks.append(_gpu_count(smi, options.get("expected_gpu_count")))
         checks.extend(_gpu_model(gpus, options.get("expected_gpu_model")))
         checks.append(_driver_version(smi, options.get("expected_driver_version")))
+        kernel_reading = (inputs.get("kernel"), failed_sources.get("kernel"), unavailable.get("kernel"))
         for gpu in gpus:
             checks.extend(
                 [
                     _persistence(gpu),
-                    _mig(gpu),
+                    _judged("mig_mode", gpu, mig_health.mode_finding(gpu, mig_layouts[gpu["index"]])),
                     _ecc_mode(gpu),
-                    _ecc_errors(gpu, limits),
-                    _row_remap(gpu, limits),
+                    # MIG on: volatile ECC counts per MIG device, row remaps from the kernel log (mig_health)
+                    _judged("ecc_errors", gpu, mig_health.ecc_errors(gpu, limits)) or _ecc_errors(gpu, limits),
+                    _judged("row_remap", gpu, mig_health.row_remap(gpu, *kernel_reading)) or _row_remap(gpu, limits),
                     _retired_pages(gpu, limits),
                     _pcie(gpu, pcie_platform, pcie_baseline),
                     _temperature(gpu, limits),
@@ -962,12 +959,12 @@ def evaluate(inputs, options=None):
         "healthy": not any(check["status"] == "fail" for check in checks),
         "checks": checks,
         "actions": node_verdict.actions(checks, gpus),
-        "facts": dict(_facts(smi, kernel), gpudirect_rdma=rdma_path),
+        "facts": dict(_facts(smi, kernel, mig_layouts), gpudirect_rdma=rdma_path),
         "summary": _summary(checks),
     }
 
 
-def _facts(smi, kernel):
+def _facts(smi, kernel, mig_layouts):
     gpus = smi["gpus"] if smi else []
     return {
         "driver_version": smi.get("driver_version") if smi else None,
@@ -981,6 +978,7 @@ def _facts(smi, kernel):
                 "product_name": gpu.get("product_name"),
                 "uuid": gpu.get("uuid"),
                 "serial": gpu.get("serial"),
+                "mig": mig_layouts[gpu["index"]],
             }
             for gpu in gpus
         ],

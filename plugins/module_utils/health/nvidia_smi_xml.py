@@ -221,6 +221,36 @@ def _processes(element):
     return found
 
 
+def _mig_device_readings(element, field_errors):
+    """``<mig_devices><mig_device>`` (``nvsmi_device_v12.dtd``: index, gpu_instance_id, compute_instance_id,
+    device_attributes/shared, ecc_error_count/volatile_count/sram_uncorrectable, fb_memory_usage, bar1_memory_usage).
+
+    One entry per MIG device (a compute instance in its GPU instance). The XML names no profile; the shared
+    engine counts and the memory are what tell one apart. With MIG on, the driver counts volatile ECC errors per
+    MIG device, and only uncorrectable SRAM ones (NVML ``nvmlDeviceGetMemoryErrorCounter``).
+    """
+    found = []
+    for number, device in enumerate(element.findall("mig_devices/mig_device")):
+        reader = _Reader(device)
+        shared = "device_attributes/shared/"
+        found.append(
+            {
+                "index": reader.number("index"),
+                "gpu_instance_id": reader.number("gpu_instance_id"),
+                "compute_instance_id": reader.number("compute_instance_id"),
+                "multiprocessors": reader.number(shared + "multiprocessor_count"),
+                "copy_engines": reader.number(shared + "copy_engine_count"),
+                "decoders": reader.number(shared + "decoder_count"),
+                "ofa": reader.number(shared + "ofa_count"),
+                "memory_total_mib": reader.number("fb_memory_usage/total"),
+                "volatile_sram_uncorrectable": reader.number("ecc_error_count/volatile_count/sram_uncorrectable"),
+            }
+        )
+        for error in reader.field_errors:
+            field_errors.append(dict(error, field="mig_devices/mig_device[%d]/%s" % (number, error["field"])))
+    return found
+
+
 def _gpu(element, index):
     reader = _Reader(element)
     bus_id_raw = reader.value("pci/pci_bus_id") or element.get("id")
@@ -239,6 +269,7 @@ def _gpu(element, index):
         "persistence_mode": reader.flag("persistence_mode"),
         "mig_mode": {"current": reader.flag("mig_mode/current_mig"), "pending": reader.flag("mig_mode/pending_mig")},
         "mig_devices": len(element.findall("mig_devices/mig_device")),
+        "mig_device_readings": _mig_device_readings(element, reader.field_errors),
         "ecc_mode": {"current": reader.flag("ecc_mode/current_ecc"), "pending": reader.flag("ecc_mode/pending_ecc")},
         "ecc_errors": {
             "volatile": _ecc_counts(reader, "volatile"),
