@@ -93,7 +93,7 @@ installed:
   type: list
   elements: str
   sample: ["linux-headers-6.1.0-28-amd64", "linux-image-6.1.0-28-amd64"]
-module:
+verified:
   description: What the check of the NVIDIA module for the kernel found (empty in check mode when packages would move).
   returned: always
   type: str
@@ -125,6 +125,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner impo
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import kernel_modules
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import apt_pinning, kernel_lockstep, rpm_versionlock
 
+ROOT = "/"  # the node's root, read as the health check reads it (a fake tree in the unit tests)
 HINT = "check the repositories the node uses (apt-get update / dnf makecache) and run again"
 APT_ENV = {"DEBIAN_FRONTEND": "noninteractive"}
 
@@ -193,7 +194,7 @@ def install(module, manager, packages):
 
 def reading_of(module):
     """The health check's reading of the kernels, with ``dkms status`` and ``grubby --default-kernel``."""
-    reading = kernel_modules.read("/")
+    reading = kernel_modules.read(ROOT)
     dkms = module.get_bin_path("dkms")
     grubby = module.get_bin_path("grubby")
     status = error = default = None
@@ -254,7 +255,7 @@ def main():
     if problem:
         module.fail_json(msg=f"kernel {params['kernel']!r}: {problem}")
     manager = params["package_manager"]
-    running = kernel_modules.running_kernel("/") or os.uname().release
+    running = kernel_modules.running_kernel(ROOT) or os.uname().release
     installed = read_installed(module, manager)
     try:
         target = resolve(module, manager, installed, running)
@@ -262,23 +263,23 @@ def main():
         module.fail_json(msg=str(exc), running=running)
     kver = target["kver"]
     missing = kernel_lockstep.missing_packages(target, installed_specs(manager, installed))
-    before = kernel_modules.installed_kernels("/")
-    result = {"kernel": kver, "installed": missing, "running": running, "built": False, "module": ""}
+    before = kernel_modules.installed_kernels(ROOT)
+    result = {"kernel": kver, "installed": missing, "running": running, "built": False, "verified": ""}
     if module.check_mode:
         result.update(changed=bool(missing), reboot=running != kver)
         if not missing:
-            result["module"] = kernel_lockstep.module_verdict(reading_of(module), kver)[1]
+            result["verified"] = kernel_lockstep.module_verdict(reading_of(module), kver)[1]
     else:
         if missing:
             if manager == "dnf" and params["hold"]:
                 lock_target(module, target, installed)
             install(module, manager, missing)
-        result["module"], result["built"] = verify(module, kver, False)
+        result["verified"], result["built"] = verify(module, kver, False)
         result.update(changed=bool(missing) or result["built"], reboot=running != kver)
     if module._diff:
         after = sorted(set(before) | {kver}, key=kernel_modules.version_key) if missing else before
         if missing and not module.check_mode:
-            after = kernel_modules.installed_kernels("/")
+            after = kernel_modules.installed_kernels(ROOT)
         result["diff"] = {
             "before_header": "installed kernels",
             "after_header": "installed kernels",

@@ -1,0 +1,133 @@
+"""The kernel_package module on a fake node: install, verify before any reboot, check mode, converged re-run.
+
+The node is a ``/lib/modules`` + ``/boot`` tree under ``tmp_path`` (kernel_package.ROOT); apt-get install and
+``dkms autoinstall`` are answered by callables that lay down what the real ones would (a kernel, its modules.dep).
+Package listings: tests/fixtures/kernel/ (real ``dpkg -l`` rows, see the README); ``dkms status``: tests/fixtures/dkms/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ansible_collections.gpuops.cluster.plugins.modules import kernel_package
+
+from tests.unit.module_harness import FakeCommands, ModuleHarness, unbounded
+from tests.unit.stack.test_kernel_lockstep import DEBIAN_INDEX, dpkg_query
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+RUNNING, NEW = "6.1.0-39-amd64", "6.1.0-40-amd64"
+ARGS = {"kernel": "6.1.0-40", "package_manager": "apt"}
+
+
+def add_kernel(root, kver, module=True):
+    base = root / "lib/modules" / kver
+    base.mkdir(parents=True, exist_ok=True)
+    listed = []
+    if module:
+        (base / "updates/dkms").mkdir(parents=True, exist_ok=True)
+        (base / "updates/dkms/nvidia.ko").write_bytes(b"\x7fELF")
+        listed.append("updates/dkms/nvidia.ko:")
+    (base / "modules.dep").write_text("\n".join(listed) + "\n")
+    (root / "boot").mkdir(exist_ok=True)
+    (root / "boot" / ("vmlinuz-" + kver)).write_bytes(b"MZ")
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    add_kernel(tmp_path, RUNNING)
+    (tmp_path / "var/lib/dkms/nvidia/580.95.05").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel/osrelease").write_text(RUNNING + "\n")
+    monkeypatch.setattr(kernel_package, "ROOT", str(tmp_path))
+    return tmp_path
+
+
+def harness_for(monkeypatch, node, builds=True, autoinstall_builds=False, bins=None):
+    dkms_status = "nvidia/580.95.05, %s, x86_64: installed\n" % RUNNING
+
+    def apt_get(argv):
+        add_kernel(node, NEW, module=builds)
+        return 0, "Setting up linux-image-%s ...\n" % NEW, ""
+
+    def autoinstall(argv):
+        if autoinstall_builds:
+            add_kernel(node, NEW, module=True)
+            return 0, "", ""
+        return 10, "", "Error! Bad return status for module build on kernel: %s (x86_64)\n" % NEW
+
+    commands = FakeCommands(
+        {
+            "dpkg-query": dpkg_query("debian12-dpkg-list-linux-image-headers.txt"),
+            "apt-cache pkgnames": DEBIAN_INDEX + "\n",
+            "apt-get install": apt_get,
+            "dkms status": dkms_status,
+            "dkms autoinstall": autoinstall,
+        },
+        inside_timeout=True,
+    )
+    default_bins = ["timeout", "dpkg-query", "apt-cache", "apt-get", "dkms"]
+    return ModuleHarness(monkeypatch, commands=commands, bins=bins or default_bins)
+
+
+def test_installs_the_kernel_and_headers_and_verifies_the_module_then_asks_for_the_reboot(monkeypatch, node):
+    harness = harness_for(monkeypatch, node)
+    result = harness.run(kernel_package, ARGS, diff=True)
+    assert result["kernel"] == NEW
+    assert result["installed"] == ["linux-headers-6.1.0-40-amd64", "linux-image-6.1.0-40-amd64"]
+    assert result["changed"] is True
+    assert result["reboot"] is True
+    assert result["verified"] == "kernel 6.1.0-40-amd64 has the NVIDIA module: updates/dkms/nvidia.ko"
+    assert result["diff"]["after"] == "6.1.0-39-amd64\n6.1.0-40-amd64\n"
+    (install,) = harness.commands.of("apt-get")
+    assert install[-2:] == ["linux-headers-6.1.0-40-amd64", "linux-image-6.1.0-40-amd64"]
+    assert "--allow-change-held-packages" not in install
+    assert [unbounded(call)[1:] for call in harness.commands.of("dkms")] == [["status"]]  # module there: no build
+
+
+def test_a_module_that_does_not_build_fails_the_node_before_any_reboot(monkeypatch, node):
+    harness = harness_for(monkeypatch, node, builds=False)
+    failure = harness.outcome(kernel_package, ARGS)
+    assert failure.failed
+    msg = failure.result["msg"]
+    assert msg.startswith("gpuops_kernel: kernel 6.1.0-40-amd64")
+    assert "dkms autoinstall -k 6.1.0-40-amd64" in msg
+    assert "The node was not rebooted and still runs 6.1.0-39-amd64" in msg
+    assert [unbounded(call)[1:] for call in harness.commands.of("dkms")][:2] == [["status"], ["autoinstall", "-k", NEW]]
+
+
+def test_dkms_autoinstall_builds_what_the_install_hook_did_not(monkeypatch, node):
+    harness = harness_for(monkeypatch, node, builds=False, autoinstall_builds=True)
+    result = harness.run(kernel_package, ARGS)
+    assert result["built"] is True
+    assert result["changed"] is True
+    assert result["verified"].startswith("kernel 6.1.0-40-amd64 has the NVIDIA module")
+
+
+def test_check_mode_predicts_the_install_and_changes_nothing(monkeypatch, node):
+    harness = harness_for(monkeypatch, node)
+    result = harness.run(kernel_package, ARGS, check_mode=True, diff=True)
+    assert result["changed"] is True
+    assert result["installed"] == ["linux-headers-6.1.0-40-amd64", "linux-image-6.1.0-40-amd64"]
+    assert result["reboot"] is True
+    assert result["diff"]["before"] == "6.1.0-39-amd64\n"
+    assert result["diff"]["after"] == "6.1.0-39-amd64\n6.1.0-40-amd64\n"
+    assert harness.commands.of("apt-get") == []
+    assert not (node / "lib/modules" / NEW).exists()
+
+
+def test_a_converged_node_on_the_kernel_changes_nothing(monkeypatch, node):
+    harness = harness_for(monkeypatch, node)
+    result = harness.run(kernel_package, {"kernel": RUNNING, "package_manager": "apt"})
+    assert result["changed"] is False
+    assert result["reboot"] is False
+    assert result["installed"] == []
+    assert harness.commands.of("apt-get") == []
+
+
+def test_a_bad_request_fails_before_any_command(monkeypatch, node):
+    harness = harness_for(monkeypatch, node)
+    failure = harness.outcome(kernel_package, {"kernel": "newest", "package_manager": "apt"})
+    assert failure.failed
+    assert "set latest, or a kernel release" in failure.result["msg"]
+    assert harness.commands.calls == []
