@@ -146,6 +146,18 @@ def profiles(model_name: str) -> list[dict]:
     return found
 
 
+def engines(profile: dict) -> dict:
+    """A GPU instance profile's engines, as the H100 PCIe -lgip capture lists them: a copy engine and a decoder
+    (and JPEG) per compute slice, 8 copy engines and 7 decoders at 7g, an OFA at 7g and in +me profiles."""
+    decoders = profile["compute"] if profile["compute"] < 7 else 7
+    return {
+        "copy_engines": 8 if profile["compute"] == 7 else profile["compute"],
+        "decoders": decoders,
+        "jpeg": decoders,
+        "ofa": 1 if profile["name"].endswith("+me") or profile["compute"] == 7 else 0,
+    }
+
+
 def processes(gpu: dict) -> list[dict]:
     """The compute processes the lab says run on ``gpu`` (``processes.json``)."""
     return list(_read(PROCESSES_PATH, {}).get(str(gpu["slot"]), []))
@@ -469,9 +481,7 @@ def list_profiles(gpus: list[dict]) -> str:
         existing = instances.get(str(gpu["slot"]), [])
         for profile in profiles(gpu["model_name"]):
             free = _free_count(gpu, existing, profile)
-            dec = profile["compute"] if profile["compute"] < 7 else 7
-            ofa = 1 if profile["name"].endswith("+me") or profile["compute"] == 7 else 0
-            ce = 8 if profile["compute"] == 7 else profile["compute"]
+            ce, dec, ofa = (engines(profile)[key] for key in ("copy_engines", "decoders", "ofa"))
             counts = f"{free}/{profile['max']}"
             lines.append(
                 f"|{gpu['index']:>4}  MIG {profile['name']:<16}{profile['id']:>2}{counts:>8}{'':8}"
@@ -571,11 +581,24 @@ def list_compute_instances(gpus: list[dict], gi_ids: str | None) -> str:
 
 
 def devices(gpu: dict) -> list[dict]:
-    """The MIG devices (compute instances) of a GPU, in -L order: ``[{"gi", "ci", "name"}]``."""
+    """The MIG devices (compute instances) of a GPU, in -L order: ``[{"gi", "ci", "name", "sm", "memory_mib",
+    "copy_engines", "decoders", "jpeg", "ofa"}]`` (the SMs are the compute instance's, the engines and the memory
+    its GPU instance's, which -q -x lists under ``<mig_device>``)."""
     found = []
+    by_name = _by_name(gpu)
     for gi in sorted(_read(INSTANCES_PATH, {}).get(str(gpu["slot"]), []), key=lambda item: item["start"]):
+        profile = by_name[gi["profile"]]
         for ci in sorted(gi["cis"], key=lambda item: item["id"]):
-            found.append({"gi": gi["id"], "ci": ci["id"], "name": _ci_name(gpu, gi, ci["compute"])})
+            found.append(
+                {
+                    "gi": gi["id"],
+                    "ci": ci["id"],
+                    "name": _ci_name(gpu, gi, ci["compute"]),
+                    "sm": MODELS[gpu["model_name"]]["sm"][ci["compute"]],
+                    "memory_mib": round(profile["gib"] * 1024),
+                    **engines(profile),
+                }
+            )
     return found
 
 

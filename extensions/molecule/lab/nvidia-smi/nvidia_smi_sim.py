@@ -303,6 +303,46 @@ def active(flag: bool) -> str:
     return "Active" if flag else "Not Active"
 
 
+def mig_device_xml(parent: ET.Element, number: int, device: dict, sram_uncorrectable: int) -> None:
+    """One ``<mig_device>``, its children in the order of nvidia-smi's ``nvsmi_device_v12.dtd``."""
+    element = sub(parent, "mig_device")
+    sub(element, "index", number)
+    sub(element, "gpu_instance_id", device["gi"])
+    sub(element, "compute_instance_id", device["ci"])
+    shared = sub(sub(element, "device_attributes"), "shared")
+    for name, value in (
+        ("multiprocessor_count", device["sm"]), ("copy_engine_count", device["copy_engines"]),
+        ("encoder_count", 0), ("decoder_count", device["decoders"]), ("ofa_count", device["ofa"]),
+        ("jpg_count", device["jpeg"]),
+    ):  # fmt: skip
+        sub(shared, name, value)
+    sub(sub(sub(element, "ecc_error_count"), "volatile_count"), "sram_uncorrectable", sram_uncorrectable)
+    memory = sub(element, "fb_memory_usage")
+    for name, value in (("total", device["memory_mib"]), ("reserved", 0), ("used", 13)):
+        sub(memory, name, f"{value} MiB")
+    sub(memory, "free", f"{device['memory_mib'] - 13} MiB")
+    bar1 = sub(element, "bar1_memory_usage")
+    for name, value in (("total", 32767), ("used", 0), ("free", 32767)):
+        sub(bar1, name, f"{value} MiB")
+
+
+def remapped_rows_xml(remap: ET.Element, pending: bool, failure: bool) -> None:
+    sub(remap, "remapped_row_corr", 0)
+    sub(remap, "remapped_row_unc", 1 if (pending or failure) else 0)
+    sub(remap, "remapped_row_pending", "Yes" if pending else "No")
+    sub(remap, "remapped_row_failure", "Yes" if failure else "No")
+    # Bank remap availability: a pending remap has used one of its bank's spare rows (the bank
+    # leaves Max); only a failed remap means a bank with no spare row left (None).
+    histogram = sub(remap, "row_remapper_histogram")
+    banks = {"max": 2560, "high": 0, "partial": 0, "low": 0, "none": 0}
+    if failure:
+        banks["max"], banks["none"] = banks["max"] - 1, 1
+    elif pending:
+        banks["max"], banks["partial"] = banks["max"] - 1, 1
+    for name, value in banks.items():
+        sub(histogram, f"row_remapper_histogram_{name}", f"{value} bank(s)")
+
+
 def gpu_xml(root: ET.Element, gpu: dict) -> None:
     model = gpu["model"]
     node = sub(root, "gpu")
@@ -318,13 +358,12 @@ def gpu_xml(root: ET.Element, gpu: dict) -> None:
     mode_element = sub(node, "mig_mode")
     for name in ("current", "pending"):
         sub(mode_element, f"{name}_mig", "N/A" if mig_mode is None else ("Enabled" if mig_mode[name] else "Disabled"))
-    mig_devices = mig.devices(gpu) if mig_mode and mig_mode["current"] else []
+    mig_on = bool(mig_mode and mig_mode["current"])
+    mig_devices = mig.devices(gpu) if mig_on else []
     devices_element = sub(node, "mig_devices", None if mig_devices else "None")
     for number, device in enumerate(mig_devices):
-        element = sub(devices_element, "mig_device")
-        sub(element, "index", number)
-        sub(element, "gpu_instance_id", device["gi"])
-        sub(element, "compute_instance_id", device["ci"])
+        # with MIG on the driver counts volatile ECC errors per MIG device, uncorrectable SRAM ones only
+        mig_device_xml(devices_element, number, device, gpu["ecc"]["volatile_uncorrectable"] if number == 0 else 0)
     sub(node, "accounting_mode", "Disabled")
     sub(node, "accounting_mode_buffer_size", 4000)
     dm = sub(node, "driver_model")
@@ -376,7 +415,7 @@ def gpu_xml(root: ET.Element, gpu: dict) -> None:
     sub(node, "compute_mode", "Default")
     utilization = sub(node, "utilization")
     for name in ("gpu_util", "memory_util", "encoder_util", "decoder_util"):
-        sub(utilization, name, "0 %")
+        sub(utilization, name, "N/A" if mig_on else "0 %")  # NVML reports no utilization of a MIG-enabled GPU
     ecc_mode = sub(node, "ecc_mode")
     sub(ecc_mode, "current_ecc", "Enabled")
     sub(ecc_mode, "pending_ecc", "Enabled")
@@ -384,11 +423,10 @@ def gpu_xml(root: ET.Element, gpu: dict) -> None:
     ecc = gpu["ecc"]
     for scope in ("volatile", "aggregate"):
         block = sub(errors, scope)
-        sub(block, "sram_correctable", 0)
-        sub(block, "sram_uncorrectable_parity", 0)
-        sub(block, "sram_uncorrectable_secded", 0)
-        sub(block, "dram_correctable", ecc["volatile_correctable"])
-        sub(block, "dram_uncorrectable", ecc[f"{scope}_uncorrectable"])
+        counts = (0, 0, 0, ecc["volatile_correctable"], ecc[f"{scope}_uncorrectable"])
+        names = ("sram_correctable", "sram_uncorrectable_parity", "sram_uncorrectable_secded", "dram_correctable")
+        for name, count in zip((*names, "dram_uncorrectable"), counts):
+            sub(block, name, "N/A" if mig_on and scope == "volatile" else count)  # MIG on: per MIG device
         if scope == "aggregate":
             sub(block, "sram_threshold_exceeded", "No")
     retired = sub(node, "retired_pages")
@@ -398,22 +436,9 @@ def gpu_xml(root: ET.Element, gpu: dict) -> None:
         sub(block, "retired_pagelist", "N/A")
     sub(retired, "pending_blacklist", "N/A")
     sub(retired, "pending_retirement", "N/A")
-    remap = sub(node, "remapped_rows")
-    pending, failure = gpu["row_remap_pending"], gpu["row_remap_failure"]
-    sub(remap, "remapped_row_corr", 0)
-    sub(remap, "remapped_row_unc", 1 if (pending or failure) else 0)
-    sub(remap, "remapped_row_pending", "Yes" if pending else "No")
-    sub(remap, "remapped_row_failure", "Yes" if failure else "No")
-    # Bank remap availability: a pending remap has used one of its bank's spare rows (the bank
-    # leaves Max); only a failed remap means a bank with no spare row left (None).
-    histogram = sub(remap, "row_remapper_histogram")
-    banks = {"max": 2560, "high": 0, "partial": 0, "low": 0, "none": 0}
-    if failure:
-        banks["max"], banks["none"] = banks["max"] - 1, 1
-    elif pending:
-        banks["max"], banks["partial"] = banks["max"] - 1, 1
-    for name, value in banks.items():
-        sub(histogram, f"row_remapper_histogram_{name}", f"{value} bank(s)")
+    remap = sub(node, "remapped_rows", "N/A" if mig_on else None)  # NVML: not supported with MIG enabled
+    if not mig_on:
+        remapped_rows_xml(remap, gpu["row_remap_pending"], gpu["row_remap_failure"])
     temperature = sub(node, "temperature")
     hot = gpu["events"]["hw_thermal_slowdown"]
     sub(temperature, "gpu_temp", f"{91 if hot else 32} C")
