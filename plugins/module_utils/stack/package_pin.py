@@ -123,7 +123,7 @@ def read_kernel_packages(module, manager):
         return []
     if manager == "apt":
         dpkg_query = module.get_bin_path("dpkg-query", required=True)
-        argv = [dpkg_query, "-W", "-f", "${Package}\\t${Version}\\t${Status}\\n", "linux-*"]
+        argv = [dpkg_query, "-W", "-f=${Package}\\t${Version}\\t${Status}\\n", "linux-*"]
         rc, out, err = run_bounded(module, argv, "list the installed kernel packages", hint=FIX_HINT)
         if rc not in (0, 1):  # 1: no package matches
             module.fail_json(msg=f"dpkg-query failed listing the kernel packages: {(err or out).strip()}", rc=rc)

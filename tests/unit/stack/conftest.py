@@ -62,7 +62,16 @@ class FakeNode:
     def _dpkg_query(self, argv):
         assert argv[0] == "-W"
         out, err, rc = [], [], 0
-        for name in argv[2:]:
+        for pattern in argv[2:]:
+            # a glob (dpkg-query -W 'linux-*') lists every package it matches, in name order
+            names = sorted(name for name in self.dpkg if fnmatch.fnmatchcase(name, pattern)) or [pattern]
+            out_rc = self._dpkg_rows(names, out, err)
+            rc = rc or out_rc
+        return rc, "".join(out), "".join(err)
+
+    def _dpkg_rows(self, names, out, err):
+        rc = 0
+        for name in names:
             if name in self.dpkg:
                 version, status = self.dpkg[name]
                 if name in self.held:
@@ -71,7 +80,7 @@ class FakeNode:
             else:
                 err.append(f"dpkg-query: no packages found matching {name}\n")
                 rc = 1
-        return rc, "".join(out), "".join(err)
+        return rc
 
     def _rpm(self, argv):
         if argv[:2] == ["-qa", "--qf"]:  # the installed packages matching any of the patterns (globs)
