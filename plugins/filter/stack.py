@@ -3,12 +3,16 @@
 """Filters over the NVIDIA stack compatibility matrix.
 
 Documentation for each filter lives in the sidecar YAML next to this file
-(resolve_stack.yml, stack_violations.yml, cuda_min_driver.yml, nvidia_version_compare.yml, apt_preferences.yml).
+(resolve_stack.yml, stack_violations.yml, cuda_min_driver.yml, nvidia_version_compare.yml, apt_preferences.yml,
+apt_install_argv.yml).
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
+    apt_install_argv as apt_install,
+)
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
     apt_pinning,
     package_index,
@@ -113,6 +117,21 @@ def apt_preferences(index, priority=apt_pinning.MIN_PRIORITY):
         raise AnsibleFilterError("gpuops.cluster.apt_preferences: %s" % exc) from exc
 
 
+def apt_install_argv(specs, action, install_recommends=False, preferences_parts=None, also=(), remove=()):
+    """The pin-free ``apt-get install`` argument list (check mode's simulation, pre-staging's download)."""
+    try:
+        return apt_install.apt_install_argv(
+            specs or [],
+            action,
+            bool(install_recommends),
+            preferences_parts or apt_install.NO_PREFERENCES,
+            also or [],
+            remove or [],
+        )
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("%sapt_install_argv: %s" % (PREFIX, exc)) from exc
+
+
 class FilterModule:
     """gpuops.cluster stack filters."""
 
@@ -125,4 +144,5 @@ class FilterModule:
             "stack_index_problems": stack_index_problems,
             "stack_at_release": stack_at_release,
             "apt_preferences": apt_preferences,
+            "apt_install_argv": apt_install_argv,
         }

@@ -31,6 +31,15 @@ def use_c_locale(module):
     return module
 
 
+def first_line(*texts):
+    """The first non-blank line of the first of ``texts`` (a command's stderr, stdout) that has one, stripped; ""."""
+    for text in texts:
+        for line in (text or "").splitlines():
+            if line.strip():
+                return line.strip()
+    return ""
+
+
 def bounded_argv(module, argv, seconds=READ_LIMIT):
     """``argv`` under coreutils ``timeout``: ``[timeout, -k, 5, seconds, *argv]``; fails the module without it."""
     limiter = module.get_bin_path("timeout")

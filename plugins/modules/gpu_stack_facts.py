@@ -120,6 +120,19 @@ options:
     type: list
     elements: str
     default: []
+  kernel_headers:
+    description:
+      - Whether the pass installs the running kernel's headers, returned as C(plan.kernel_headers). V(auto) wants them
+        when a O(requested) package is built by DKMS (its name says C(dkms)).
+    type: raw
+    default: auto
+  before:
+    description:
+      - This read is the pass's read before any change (the nvidia_stack role's first read of a pass). The facts are
+        also returned as C(gpu_stack_before), which later reads (without O(before)) leave as they are, so the whole
+        pass acts on the plan and the exact versions of its first read.
+    type: bool
+    default: false
   index:
     description:
       - Resolve the exact version of every O(requested) package from the node's package index, in this same
@@ -355,141 +368,44 @@ ansible_facts:
               type: bool
               returned: always
               sample: false
+            dkms:
+              description: Whether a package of the stack is built by DKMS (its name says C(dkms)).
+              type: bool
+              returned: always
+              sample: false
+            kernel_headers:
+              description: Whether the pass installs the running kernel's headers (O(kernel_headers)).
+              type: bool
+              returned: always
+              sample: false
+    gpu_stack_before:
+      description: With O(before) only. The same facts as C(gpu_stack), kept for the pass by later reads.
+      returned: when O(before) is true
+      type: dict
 """
 
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import READ_LIMIT, run_bounded, use_c_locale
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import (
+    READ_LIMIT,
+    first_line,
+    run_bounded,
+    use_c_locale,
+)
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
     apt_pinning,
     container_runtime_state,
     container_toolkit,
-    os_repositories,
+    index_read,
+    installed_packages,
     package_index,
     rpm_versionlock,
     stack_facts,
     stack_plan,
 )
-
-
-def first_line(*texts):
-    for text in texts:
-        for line in (text or "").splitlines():
-            if line.strip():
-                return line.strip()
-    return ""
-
-
-def query_apt(module, names, params):
-    dpkg_query = module.get_bin_path("dpkg-query", required=True)
-    parsed = {}
-    if names:
-        argv = [dpkg_query, "-W", "-f=${Package}\\t${Version}\\t${Status}\\n", *names]
-        rc, out, err = run_bounded(module, argv, "read the installed packages", params["command_timeout"])
-        if rc not in (0, 1):
-            module.fail_json(msg=f"dpkg-query failed: {first_line(err, out)}", rc=rc, stdout=out, stderr=err, cmd=argv)
-        try:
-            parsed = apt_pinning.parse_dpkg_query(out)
-        except apt_pinning.PinningError as exc:
-            module.fail_json(msg=f"cannot read dpkg-query output: {exc}", stdout=out)
-    installed = {name: (parsed.get(name) or {}).get("version") for name in names}
-    holds = {name for name in names if (parsed.get(name) or {}).get("held")}
-    pref_text = read_value(params["preferences_path"])
-    pins = apt_pinning.pinned_versions(apt_pinning.parse_preferences(pref_text or ""))
-    uu_text = read_value(params["unattended_upgrades_path"])
-    blacklist = apt_pinning.parse_unattended_blacklist(uu_text or "")
-    blacklisted = {name: apt_pinning.blacklist_covers(name, blacklist) for name in names}
-    return installed, pins, holds, blacklisted
-
-
-def query_dnf(module, names, params):
-    rpm = module.get_bin_path("rpm", required=True)
-    parsed = {}
-    if names:
-        argv = [rpm, "-q", "--qf", rpm_versionlock.RPM_QUERY_FORMAT, *names]
-        rc, out, err = run_bounded(module, argv, "read the installed packages", params["command_timeout"])
-        try:
-            parsed = rpm_versionlock.parse_rpm_query(out)
-        except rpm_versionlock.VersionlockError as exc:
-            module.fail_json(msg=f"cannot read rpm -q output: {exc}", rc=rc, stdout=out, stderr=err, cmd=argv)
-    installed = {name: (parsed.get(name) or {}).get("evr") for name in names}
-    lock_text = read_value(params["versionlock_path"])
-    pins = rpm_versionlock.locked_versions(lock_text or "")
-    return installed, pins, None, dict.fromkeys(names)
-
-
-def read_bounded(module, argv, timeout, doing):
-    """``argv``'s output, the command bounded by ``timeout`` seconds; a command that does not answer in time or
-    fails fails the module, saying what it was doing."""
-    rc, out, err = run_bounded(module, argv, doing, timeout, hint="check the node's repositories")
-    if rc != 0:
-        module.fail_json(msg=f"could not {doing}: {first_line(err, out)}", rc=rc, cmd=argv)
-    return out
-
-
-def read_index(module, manager, names, timeout):
-    """What the node's repositories hold for ``names``: one index query, bounded by ``timeout`` seconds."""
-    if manager == "apt":
-        tool = module.get_bin_path("apt-cache", required=True)
-        argv = [tool, "madison", *names]
-        parse = package_index.parse_apt_madison
-    else:
-        tool = module.get_bin_path("dnf", required=True)
-        dnf5 = os.path.basename(os.path.realpath(tool)).startswith("dnf5")
-        argv = package_index.dnf_repoquery_argv(tool, names, dnf5)
-        parse = package_index.parse_dnf_repoquery
-    out = read_bounded(module, argv, timeout, "read the package index")
-    try:
-        return parse(out)
-    except package_index.PackageIndexError as exc:
-        module.fail_json(msg=f"cannot read the package index: {exc}", stdout=out, cmd=argv)
-
-
-def read_apt_sources(directory) -> list[tuple[str, str]]:
-    """``(name, text)`` of apt's source files: ``sources.list``, then ``sources.list.d/*.list`` and ``*.sources``."""
-    names = ["sources.list"]
-    parts = os.path.join(directory, "sources.list.d")
-    if os.path.isdir(parts):
-        names += [
-            os.path.join("sources.list.d", name)
-            for name in sorted(os.listdir(parts))
-            if name.endswith((".list", ".sources"))
-        ]
-    return [(name, read_value(os.path.join(directory, name)) or "") for name in names]
-
-
-def read_os_repositories(module, manager, os_id, params) -> dict:
-    """``{missing}``: the OS repositories the stack of ``os_id`` needs that the node lacks (os_repositories)."""
-    try:
-        if manager == "apt":
-            if not os_id.startswith("debian"):
-                return {"missing": []}
-            argv = [module.get_bin_path("apt-cache", required=True), "policy"]
-            out = read_bounded(module, argv, params["timeout"], "list apt's sources")
-            keyring = (
-                os_repositories.DEBIAN_ARCHIVE_KEYRING
-                if os.path.exists(os_repositories.DEBIAN_ARCHIVE_KEYRING)
-                else None
-            )
-            missing = os_repositories.missing(
-                os_id,
-                apt_entries=os_repositories.parse_apt_policy(out),
-                keyring=keyring,
-                apt_sources=os_repositories.parse_apt_sources(read_apt_sources(params["apt_dir"])),
-            )
-        else:
-            directory = params["repos_dir"]
-            names = []
-            if os.path.isdir(directory):
-                names = sorted(name for name in os.listdir(directory) if name.endswith(".repo"))
-            texts = [(name, read_value(os.path.join(directory, name)) or "") for name in names]
-            repos = os_repositories.parse_repo_files(texts)
-            missing = os_repositories.missing(os_id, repos=repos, arch=os.uname().machine)
-    except os_repositories.RepositoryReadError as exc:
-        module.fail_json(msg=f"cannot read the node's OS repositories: {exc}")
-    return {"missing": [dict(entry, message=os_repositories.describe(entry)) for entry in missing]}
 
 
 def loaded_module(path):
@@ -592,6 +508,8 @@ def main():
             "nvswitch_pci_ids": {"type": "list", "elements": "str", "default": ["1af1", "22a3"]},
             "services": {"type": "list", "elements": "str", "default": []},
             "wanted_services": {"type": "list", "elements": "str", "default": []},
+            "kernel_headers": {"type": "raw", "default": "auto"},
+            "before": {"type": "bool", "default": False},
             "preferences_path": {"type": "path", "default": "/etc/apt/preferences.d/gpuops-nvidia.pref"},
             "unattended_upgrades_path": {
                 "type": "path",
@@ -639,7 +557,7 @@ def main():
     )
     requested = {item["name"]: item for item in requested_list}
     names = sorted(set(requested) | set(params["packages"]))
-    query = query_apt if manager == "apt" else query_dnf
+    query = installed_packages.query_apt if manager == "apt" else installed_packages.query_dnf
     installed, pins, holds, blacklisted = query(module, names, params)
     version_equal = rpm_versionlock.evr_matches if manager == "dnf" else None
 
@@ -659,10 +577,14 @@ def main():
     wanted = list(requested.values())
     index = None
     if params["index"] is not None:
-        available = read_index(module, manager, sorted(requested), params["index"]["timeout"]) if requested else {}
+        available = (
+            index_read.read_index(module, manager, sorted(requested), params["index"]["timeout"]) if requested else {}
+        )
         index = package_index.resolve(wanted, index_pins, params["index"]["driver"], available, installed, manager)
         if params["index"]["os_id"]:
-            index["os_repositories"] = read_os_repositories(module, manager, params["index"]["os_id"], params["index"])
+            index["os_repositories"] = index_read.read_os_repositories(
+                module, manager, params["index"]["os_id"], params["index"]
+            )
         if not index["problems"]:
             wanted = index["packages"]
             for item in wanted:
@@ -695,6 +617,13 @@ def main():
         "reboot_required": drift["reboot_required"],
         "plan": stack_plan.plan(drift, service_states, params["wanted_services"]),
     }
+    try:
+        headers_setting = params["kernel_headers"]
+        headers_setting = headers_setting if headers_setting == "auto" else boolean(headers_setting, strict=True)
+        facts["plan"]["dkms"] = stack_plan.uses_dkms(item["name"] for item in wanted)
+        facts["plan"]["kernel_headers"] = stack_plan.kernel_headers(headers_setting, facts["plan"]["dkms"])
+    except (TypeError, ValueError) as exc:
+        module.fail_json(msg=f"kernel_headers: {exc}; set it to true, false or auto")
     if index is not None:
         facts["index"] = index
     wanted_runtime = params["container_runtime"]
@@ -707,7 +636,8 @@ def main():
         facts["loaded_reason"] = loaded_reason
     if nvml_facts is None:
         facts["nvml_reason"] = nvml_reason
-    module.exit_json(changed=False, ansible_facts={"gpu_stack": facts})
+    returned = {"gpu_stack": facts, "gpu_stack_before": facts} if params["before"] else {"gpu_stack": facts}
+    module.exit_json(changed=False, ansible_facts=returned)
 
 
 if __name__ == "__main__":

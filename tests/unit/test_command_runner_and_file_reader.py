@@ -82,3 +82,10 @@ def test_read_value_strips_and_defaults(tmp_path):
     assert file_reader.read_value(file_reader.under(str(tmp_path), "/sys/knob")) == "always [madvise] \ufffd"
     assert file_reader.read_value(file_reader.under(str(tmp_path), "sys", "absent"), "none") == "none"
     assert file_reader.read_value(str(tmp_path / "sys")) is None
+
+
+def test_first_line_is_the_first_non_blank_line_of_the_first_text_that_has_one():
+    assert command_runner.first_line("", "  \n", "\n  E: Unable to locate package x  \nmore\n", "later") == (
+        "E: Unable to locate package x"
+    )
+    assert command_runner.first_line(None, "") == ""

@@ -15,6 +15,9 @@ pass's first read (before any change) instead of deciding again in Jinja:
                           otherwise those not both active and enabled
 ``load``                  whether the load stage runs at all (driver, reboot, services): any
                           of the above; a converged node's re-run skips it
+``dkms``                  whether a package of the stack is built by DKMS (:func:`uses_dkms`)
+``kernel_headers``        whether the running kernel's headers are installed (tasks/kernel.yml):
+                          :func:`kernel_headers`; both added by gpu_stack_facts
 ========================  ================================================================
 """
 
@@ -43,3 +46,22 @@ def plan(drift: dict, services: dict, wanted_services: list[str]) -> dict:
         "start": start,
         "load": bool(move or reboot_reasons or start),
     }
+
+
+def uses_dkms(package_names) -> bool:
+    """Whether a package of the stack is built by DKMS: its name says ``dkms`` (``nvidia-dkms-580-open``,
+    ``kmod-nvidia-open-dkms``). Then the kernel headers are needed, and the kernel moves only in lockstep."""
+    return any("dkms" in name for name in package_names)
+
+
+def kernel_headers(setting, dkms: bool) -> bool:
+    """Whether the pass installs the running kernel's headers.
+
+    ``setting`` is ``nvidia_stack_kernel_headers``: true or false, or ``auto``, which wants them when the
+    stack is built by DKMS (``dkms``, from :func:`uses_dkms`). Anything else is refused with what to set.
+    """
+    if setting is True or setting is False:
+        return setting
+    if setting != "auto":
+        raise ValueError(f"kernel_headers must be true, false or auto, not {setting!r}")
+    return bool(dkms)

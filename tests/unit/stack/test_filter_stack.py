@@ -25,6 +25,7 @@ def test_filters_registered():
         "stack_index_problems",
         "stack_at_release",
         "apt_preferences",
+        "apt_install_argv",
     }
 
 

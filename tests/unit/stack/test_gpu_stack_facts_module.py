@@ -292,7 +292,14 @@ def test_the_plan_starts_the_wanted_services_not_running_from_the_same_systemctl
     }
     args = dict(files, requested=REQUESTED, services=["nvidia-dcgm"], wanted_services=WANTED_SERVICES)
     facts = facts_of(run_module(gpu_stack_facts.main, args))
-    assert facts["plan"] == {"move": [], "reboot_reasons": [], "start": ["nvidia-fabricmanager"], "load": True}
+    assert facts["plan"] == {
+        "move": [],
+        "reboot_reasons": [],
+        "start": ["nvidia-fabricmanager"],
+        "load": True,
+        "dkms": False,
+        "kernel_headers": False,
+    }
     assert [call[4:] for call in converged.calls if call[0].endswith("systemctl")] == [
         ["nvidia-dcgm", "nvidia-persistenced", "nvidia-fabricmanager"]
     ]
@@ -304,7 +311,14 @@ def test_a_converged_node_plans_nothing(run_module, converged, files):
     facts = facts_of(
         run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED, wanted_services=WANTED_SERVICES))
     )
-    assert facts["plan"] == {"move": [], "reboot_reasons": [], "start": [], "load": False}
+    assert facts["plan"] == {
+        "move": [],
+        "reboot_reasons": [],
+        "start": [],
+        "load": False,
+        "dkms": False,
+        "kernel_headers": False,
+    }
 
 
 def test_the_plan_moves_what_differs_and_restarts_every_wanted_service(run_module, converged, files):
@@ -322,7 +336,14 @@ def test_the_plan_moves_what_differs_and_restarts_every_wanted_service(run_modul
 
 def test_without_wanted_services_the_plan_starts_none(run_module, converged, files):
     facts = facts_of(run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED)))
-    assert facts["plan"] == {"move": [], "reboot_reasons": [], "start": [], "load": False}
+    assert facts["plan"] == {
+        "move": [],
+        "reboot_reasons": [],
+        "start": [],
+        "load": False,
+        "dkms": False,
+        "kernel_headers": False,
+    }
 
 
 def test_every_command_runs_under_timeout_nvidia_smi_included(run_module, converged, files, harness):
@@ -381,3 +402,36 @@ def test_auto_toolkit_is_read_only_where_a_container_runtime_is(
     assert facts["container_runtimes"] == (["containerd"] if runtime_found else [])
     dpkg_names = converged.calls[0][3:]
     assert ("nvidia-container-toolkit" in dpkg_names) is toolkit_read
+
+
+# ---------------------------------------------- what a pass reads from its first read (issue 26 item 8)
+DKMS = {"name": "nvidia-dkms-550", "version": "550.127.08-1", "component": "driver"}
+
+
+def test_the_first_read_of_a_pass_is_kept_as_gpu_stack_before(run_module, converged, files):
+    first = run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED, before=True))
+    assert first["ansible_facts"]["gpu_stack_before"] == first["ansible_facts"]["gpu_stack"]
+    later = run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED))
+    assert "gpu_stack_before" not in later["ansible_facts"], "a later read leaves the pass's first read alone"
+
+
+@pytest.mark.parametrize(
+    ("setting", "requested", "wanted"),
+    [
+        ("auto", REQUESTED, False),
+        ("auto", [*REQUESTED, DKMS], True),
+        (True, REQUESTED, True),
+        ("false", [*REQUESTED, DKMS], False),
+    ],
+)
+def test_the_plan_says_whether_the_kernel_headers_are_installed(
+    run_module, converged, files, setting, requested, wanted
+):
+    facts = facts_of(run_module(gpu_stack_facts.main, dict(files, requested=requested, kernel_headers=setting)))
+    assert facts["plan"]["kernel_headers"] is wanted
+    assert facts["plan"]["dkms"] is (DKMS in requested)
+
+
+def test_a_wrong_kernel_headers_setting_fails_with_the_fix(run_module, converged, files):
+    with pytest.raises(run_module.Fail, match=r"kernel_headers: .* set it to true, false or auto"):
+        run_module(gpu_stack_facts.main, dict(files, requested=REQUESTED, kernel_headers="sometimes"))

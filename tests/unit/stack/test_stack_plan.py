@@ -72,3 +72,29 @@ def test_a_pending_reboot_alone_runs_the_load_stage(loaded, options, reasons):
 
 def test_a_name_given_twice_is_started_once():
     assert stack_plan.plan(drift(), {}, ["nvidia-dcgm", "nvidia-dcgm"])["start"] == ["nvidia-dcgm"]
+
+
+@pytest.mark.parametrize(
+    ("names", "dkms"),
+    [
+        (["nvidia-driver-580-open", "libnccl2"], False),
+        (["nvidia-dkms-580-open"], True),
+        (["kmod-nvidia-open-dkms", "nvidia-driver"], True),
+        ([], False),
+    ],
+)
+def test_uses_dkms(names, dkms):
+    assert stack_plan.uses_dkms(names) is dkms
+
+
+@pytest.mark.parametrize(
+    ("setting", "dkms", "wanted"),
+    [("auto", False, False), ("auto", True, True), (True, False, True), (False, True, False)],
+)
+def test_kernel_headers(setting, dkms, wanted):
+    assert stack_plan.kernel_headers(setting, dkms) is wanted
+
+
+def test_kernel_headers_refuses_another_setting():
+    with pytest.raises(ValueError, match="true, false or auto, not 'yes please'"):
+        stack_plan.kernel_headers("yes please", False)
