@@ -73,6 +73,7 @@ def site_problems(site_run):
     ("host", "expected"),
     [
         ("reboot", "gpuops_reboot is 'sometimes'; set one of: auto, never, always"),
+        ("kernel", "gpuops_kernel is 'newest': set latest, or a kernel release as uname -r prints it"),
         ("pin", "nvidia_stack_pin_priority is 500; set a whole number, at least 1001"),
         (
             "http-repo",
@@ -113,7 +114,7 @@ def test_site_refuses_each_bad_value_naming_the_variable(site_problems, host, ex
 
 def test_site_lists_every_host_once_and_only_the_bad_ones(site_run, site_problems):
     message = refusal(site_run)
-    assert message.startswith("gpuops.cluster validation failed on 19 of 20 host(s); nothing was changed.")
+    assert message.startswith("gpuops.cluster validation failed on 20 of 21 host(s); nothing was changed.")
     assert "good" not in site_problems
     # one problem per host, except the two that are wrong twice (http-repo, release) and the matrix's one line
     assert {host: len(problems) for host, problems in site_problems.items() if len(problems) != 1} == {"http-repo": 2}
