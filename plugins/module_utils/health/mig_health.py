@@ -236,6 +236,20 @@ def _row_remap_events(gpu, kernel):
     return found
 
 
+def pending_remap(gpus):
+    """Whether a kernel event is an Xid 63 of one of ``gpus`` with MIG on and remapped rows unreported: the remap it
+    recorded may still be pending and nothing else says so, so the node command keeps it open like a fatal finding
+    (``open_findings.still_open``) until a drain is confirmed or the node reboots, rather than seeing it once."""
+    keys = {gpu.get("pci_key") for gpu in gpus if mig_on(gpu) and gpu.get("remapped_rows") is None}
+
+    def kept(event):
+        return (
+            event.get("kind") == "xid" and event.get("code") == 63 and normalize_bus_id(event.get("pci_bus_id")) in keys
+        )
+
+    return kept
+
+
 def row_remap(gpu, kernel, kernel_failed=None, kernel_unavailable=None):
     """``(status, detail, action)`` of the ``row_remap`` check of a GPU with MIG on whose remapped rows read N/A, else
     None. Judged from the kernel log's Xid 63 (a remap recorded, applied at the GPU's next reset: pending) and

@@ -56,6 +56,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     health_checks,
     health_state,
     kernel_log,
+    mig_health,
     node_baseline,
     node_history,
     node_verdict,
@@ -387,7 +388,8 @@ def run_once(config, host, now, state_store=None, lock_wait=None, drain_wanted=F
             if not drained["done"]:
                 notes.append("slurm: %s" % drained["detail"])
         acted_on = bool(drained and drained["done"])
-        stored["open"] = open_findings.still_open(inputs["kernel"], state["open"], boot_id, acted_on)
+        pending_remap = mig_health.pending_remap((inputs.get("smi") or {}).get("gpus") or [])
+        stored["open"] = open_findings.still_open(inputs["kernel"], state["open"], boot_id, acted_on, pending_remap)
         if locked:
             problem = state_store.save(stored)
             saved = problem is None

@@ -63,16 +63,17 @@ def fresh(kernel):
     return dict(kernel, events=[event for event in kernel["events"] if not event.get("reopened")])
 
 
-def still_open(kernel, stored, boot_id, acted_on):
-    """The open events to store: none when ``acted_on`` (a drain confirmed); else every fatal event judged, or,
-    when this run could not read the kernel log (``kernel`` None), the stored ones of this boot."""
+def still_open(kernel, stored, boot_id, acted_on, keep=None):
+    """The open events to store: none when ``acted_on`` (a drain confirmed); else every fatal event judged (and
+    every one ``keep`` is true of: an Xid 63 of a GPU with MIG on, ``mig_health.pending_remap``), or, when this
+    run could not read the kernel log (``kernel`` None), the stored ones of this boot."""
     if acted_on:
         return []
     if kernel is None:
         return [entry for entry in stored or [] if entry.get("boot_id") == boot_id]
     kept = []
     for event in kernel["events"]:
-        if fatal(event):
+        if fatal(event) or (keep is not None and keep(event)):
             entry = {key: event.get(key) for key in KEYS}
             entry["boot_id"] = boot_id
             kept.append(entry)
