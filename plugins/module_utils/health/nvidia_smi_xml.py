@@ -6,7 +6,8 @@ Handles the DTD generations seen in the field: ``nvsmi_device_v11.dtd``
 (R460-R535: ``clocks_throttle_reasons``, ``power_readings``, ECC counted as
 ``single_bit``/``double_bit``, ``remapped_rows`` = ``N/A`` on Volta) and
 ``nvsmi_device_v12.dtd`` (R550+: ``clocks_event_reasons``,
-``gpu_power_readings``, ECC counted as ``sram_*``/``dram_*``). Readings of
+``gpu_power_readings``, ECC counted as ``sram_*``/``dram_*``), and each ``<mig_device>`` of a GPU with MIG on
+(``mig_device_readings``: what ``mig_health`` judges and names the layout from). Readings of
 ``N/A``, ``[N/A]``, ``Not Supported`` and friends become ``None``. Anything
 unexpected is a parse warning; :func:`parse` never raises.
 """
