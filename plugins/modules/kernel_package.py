@@ -158,7 +158,8 @@ def resolve(module, manager, installed, running):
             )
         return kernel_lockstep.apt_target(params["kernel"], running, installed, names, meta_text, params["dkms"])
     dnf = module.get_bin_path("dnf", required=True)
-    argv = [dnf, "-q", "repoquery", "--disableplugin=versionlock", "--qf", "%{version}-%{release}.%{arch}\\n"]
+    argv = [dnf, "-q", "repoquery", "--showduplicates", "--disableplugin=versionlock"]
+    argv += ["--qf", "%{version}-%{release}.%{arch}\\n"]  # dnf 4 ignores the trailing newline, dnf 5 needs it
     out, _err = run_checked(module, [*argv, "kernel-core"], "list the kernels the repositories hold", HINT)
     return kernel_lockstep.rpm_target(params["kernel"], running, installed, out, params["dkms"])
 

@@ -131,3 +131,57 @@ def test_a_bad_request_fails_before_any_command(monkeypatch, node):
     assert failure.failed
     assert "set latest, or a kernel release" in failure.result["msg"]
     assert harness.commands.calls == []
+
+
+RPM_RUNNING, RPM_NEW = "5.14.0-427.42.1.el9_4.x86_64", "5.14.0-503.15.1.el9_5.x86_64"
+
+
+def test_dnf_locks_the_target_beside_the_installed_kernels_before_installing_it(monkeypatch, tmp_path):
+    add_kernel(tmp_path, RPM_RUNNING)
+    (tmp_path / "var/lib/dkms/nvidia/580.95.05").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel/osrelease").write_text(RPM_RUNNING + "\n")
+    monkeypatch.setattr(kernel_package, "ROOT", str(tmp_path))
+    versionlock = tmp_path / "versionlock.list"
+    versionlock.write_text("# BEGIN managed by gpuops.cluster (NVIDIA stack versionlocks)\n"
+                           "kernel-0:5.14.0-427.42.1.el9_4.*\n# END managed by gpuops.cluster\n")  # fmt: skip
+    seen = {}
+
+    def dnf_install(argv):
+        seen["locks"] = versionlock.read_text()
+        add_kernel(tmp_path, RPM_NEW)
+        return 0, "Complete!\n", ""
+
+    rpm_q = "".join(
+        "%s\t0\t5.14.0\t427.42.1.el9_4\tx86_64\n" % name for name in ("kernel", "kernel-core", "kernel-modules")
+    )
+    commands = FakeCommands(
+        {
+            "rpm -q": rpm_q + "package kernel-devel is not installed\n",
+            "dnf -q repoquery": "5.14.0-427.42.1.el9_4.x86_64\n5.14.0-503.15.1.el9_5.x86_64\n",
+            "dnf -y install": dnf_install,
+            "dkms status": "",
+            "grubby --default-kernel": "/boot/vmlinuz-%s\n" % RPM_NEW,
+        },
+        inside_timeout=True,
+    )
+    harness = ModuleHarness(monkeypatch, commands=commands, bins=["timeout", "rpm", "dnf", "dkms", "grubby"])
+    result = harness.run(
+        kernel_package, {"kernel": "latest", "package_manager": "dnf", "versionlock_path": str(versionlock)}
+    )
+    assert result["kernel"] == RPM_NEW
+    assert result["installed"] == [
+        "kernel-5.14.0-503.15.1.el9_5",
+        "kernel-core-5.14.0-503.15.1.el9_5",
+        "kernel-devel-5.14.0-503.15.1.el9_5",
+        "kernel-modules-5.14.0-503.15.1.el9_5",
+    ]
+    for lock in (
+        "kernel-0:5.14.0-427.42.1.el9_4.*",
+        "kernel-core-0:5.14.0-503.15.1.el9_5.*",
+        "kernel-0:5.14.0-503.15.1.el9_5.*",
+    ):
+        assert lock in seen["locks"]
+    assert "--disableplugin=versionlock" in unbounded(harness.commands.of("dnf")[0])
+    assert "--disableplugin=versionlock" not in unbounded(harness.commands.of("dnf")[1])
+    assert result["reboot"] is True
