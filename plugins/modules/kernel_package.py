@@ -183,14 +183,23 @@ def lock_target(module, target, installed):
 
 
 def install(module, manager, packages):
+    """Install ``packages``; None, or what failed (apt-get/dnf and its last words), judged after the module check:
+    a DKMS build that fails in the kernel's install hooks fails the install too (dpkg leaves the kernel
+    half-configured), and the module check says why and what to do."""
     seconds = module.params["build_timeout"]
     if manager == "apt":
-        apt_get = module.get_bin_path("apt-get", required=True)
-        argv = [apt_get, "install", "-y", "-o", "Dpkg::Options::=--force-confold", *packages]
-        run_checked(module, argv, "install the kernel", HINT, seconds=seconds, environ_update=APT_ENV)
+        argv = [module.get_bin_path("apt-get", required=True), "install", "-y", "-o", "Dpkg::Options::=--force-confold"]
+        rc, out, err = run_bounded(
+            module, [*argv, *packages], "install the kernel", seconds, HINT, environ_update=APT_ENV
+        )
     else:
-        dnf = module.get_bin_path("dnf", required=True)
-        run_checked(module, [dnf, "-y", "install", *packages], "install the kernel", HINT, seconds=seconds)
+        argv = [module.get_bin_path("dnf", required=True), "-y", "install"]
+        rc, out, err = run_bounded(module, [*argv, *packages], "install the kernel", seconds, HINT)
+    if rc == 0:
+        return None
+    lines = [line.strip() for line in (err or "").splitlines() + (out or "").splitlines() if line.strip()]
+    said = [line for line in lines if line.startswith(("E:", "Error", "dpkg: error"))] or lines
+    return "%s exited %d: %s" % (os.path.basename(argv[0]), rc, " | ".join(said[-3:])[:600])
 
 
 def reading_of(module):
@@ -209,8 +218,9 @@ def reading_of(module):
     return kernel_modules.with_commands(reading, default, status, error)
 
 
-def verify(module, kver, built):
-    """Fail before any reboot when ``kver`` has no NVIDIA module or is not the kernel the node boots next."""
+def verify(module, kver, built, failed_install=None, packages=()):
+    """Fail before any reboot when ``kver`` has no NVIDIA module or is not the kernel the node boots next, or
+    its install failed (``failed_install``, what :func:`install` said)."""
     reading = reading_of(module)
     ok, detail = kernel_lockstep.module_verdict(reading, kver)
     if not ok and module.params["dkms"] and module.get_bin_path("dkms"):
@@ -221,13 +231,22 @@ def verify(module, kver, built):
         ok, detail = kernel_lockstep.module_verdict(reading, kver)
         if not ok:
             detail += f" (dkms autoinstall -k {kver} exited {rc}: {(err or out).strip()[-300:]})"
+    half = ""
+    if failed_install:
+        remove = "apt-get purge" if module.params["package_manager"] == "apt" else "dnf remove"
+        half = (
+            f" The install of {kver} failed ({failed_install}): it is half-installed; remove it "
+            f"({remove} {' '.join(packages)}) if the module cannot be fixed."
+        )
     if not ok:
         module.fail_json(
             msg=f"gpuops_kernel: {detail}. The node was not rebooted and still runs {reading['running']}; fix the "
-            f"module for {kver} and run again, or unset gpuops_kernel",
+            f"module for {kver} and run again, or unset gpuops_kernel.{half}",
             kernel=kver,
             built=built,
         )
+    if failed_install:
+        module.fail_json(msg=f"could not install kernel {kver}: {failed_install}. {HINT}", kernel=kver, built=built)
     booted, boot_detail = kernel_lockstep.boot_verdict(reading, kver)
     grubby = module.get_bin_path("grubby")
     if not booted and grubby:
@@ -271,11 +290,12 @@ def main():
         if not missing:
             result["verified"] = kernel_lockstep.module_verdict(reading_of(module), kver)[1]
     else:
+        failed_install = None
         if missing:
             if manager == "dnf" and params["hold"]:
                 lock_target(module, target, installed)
-            install(module, manager, missing)
-        result["verified"], result["built"] = verify(module, kver, False)
+            failed_install = install(module, manager, missing)
+        result["verified"], result["built"] = verify(module, kver, False, failed_install, missing)
         result.update(changed=bool(missing) or result["built"], reboot=running != kver)
     if module._diff:
         after = sorted(set(before) | {kver}, key=kernel_modules.version_key) if missing else before

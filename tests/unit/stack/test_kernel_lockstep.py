@@ -356,3 +356,62 @@ def test_validation_passes_a_release_latest_and_unset():
     assert validation_problems({"nvidia_stack_kernel_version": ""}) == []
     (problem,) = validation_problems({"gpuops_kernel_hold": "maybe"})
     assert problem.startswith("gpuops_kernel_hold is 'maybe'; set true or false")
+
+
+# --- captured on a Debian 12 lab node (tests/fixtures/kernel/README.md, "Captured on a lab node") -------------
+
+
+def lab(name):
+    return (FIXTURES / "kernel" / ("debian12-lab-" + name)).read_text(encoding="utf-8")
+
+
+def test_lab_node_holds_the_real_kernel_packages_and_not_kbuild_or_what_is_not_installed():
+    assert kernel_lockstep.apt_kernel_holds(apt_pinning.parse_dpkg_query(lab("dpkg-query-linux.txt"))) == [
+        "linux-headers-6.1.0-50-amd64",
+        "linux-headers-6.1.0-50-common",
+        "linux-headers-amd64",
+        "linux-image-6.1.0-50-amd64",
+        "linux-image-amd64",
+    ]
+
+
+def test_lab_node_latest_is_what_the_real_metapackage_depends_on():
+    node = apt_pinning.parse_dpkg_query(lab("dpkg-query-linux.txt"))
+    assert kernel_lockstep.apt_meta(node, "6.1.0-50-amd64") == "linux-image-amd64"
+    target = kernel_lockstep.apt_target(
+        "latest",
+        "6.1.0-47-amd64",
+        node,
+        lab("apt-cache-pkgnames-linux.txt"),
+        lab("apt-cache-show-linux-image-amd64.txt"),
+    )
+    assert target == {
+        "kver": "6.1.0-50-amd64",
+        "packages": ["linux-headers-6.1.0-50-amd64", "linux-image-6.1.0-50-amd64"],
+    }
+
+
+def test_lab_index_releases_leave_out_unsigned_and_debug_images():
+    releases = kernel_lockstep.apt_available_releases(lab("apt-cache-pkgnames-linux.txt"))
+    assert releases == [
+        "6.1.0-47-amd64",
+        "6.1.0-47-cloud-amd64",
+        "6.1.0-47-rt-amd64",
+        "6.1.0-50-amd64",
+        "6.1.0-50-cloud-amd64",
+        "6.1.0-50-rt-amd64",
+    ]
+
+
+def test_lab_dkms_status_after_a_failed_build_fails_the_kernel_with_the_autoinstall_fix(tmp_path):
+    root = make_node(tmp_path, ["6.1.0-50-amd64"])
+    reading_ = kernel_modules.with_commands(
+        kernel_modules.read(root), dkms_status=lab("dkms-status-added-after-failed-build.txt")
+    )
+    ok, detail = kernel_lockstep.module_verdict(reading_, "6.1.0-50-amd64")
+    assert ok is False
+    assert "DKMS did not build it" in detail
+    assert "dkms autoinstall -k 6.1.0-50-amd64" in detail
+    built = make_node(tmp_path / "built", ["6.1.0-50-amd64"], with_module=("6.1.0-50-amd64",))
+    found = kernel_modules.with_commands(kernel_modules.read(built), dkms_status=lab("dkms-status-installed.txt"))
+    assert kernel_lockstep.module_verdict(found, "6.1.0-50-amd64")[0] is True

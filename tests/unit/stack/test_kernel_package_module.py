@@ -185,3 +185,40 @@ def test_dnf_locks_the_target_beside_the_installed_kernels_before_installing_it(
     assert "--disableplugin=versionlock" in unbounded(harness.commands.of("dnf")[0])
     assert "--disableplugin=versionlock" not in unbounded(harness.commands.of("dnf")[1])
     assert result["reboot"] is True
+
+
+# The end of what apt-get printed on the Debian 12 lab node when the stand-in driver did not build on 6.1.0-50
+# (tests/fixtures/kernel/README.md, "Captured on a lab node"): dpkg fails the kernel's packages in their DKMS hook.
+APT_HOOK_FAILURE = """\
+Error! Bad return status for module build on kernel: 6.1.0-50-amd64 (x86_64)
+Consult /var/lib/dkms/nvidia/580.95.05/build/make.log for more information.
+Error! One or more modules failed to install during autoinstall.
+Refer to previous errors for more information.
+dkms: autoinstall for kernel: 6.1.0-50-amd64 failed!
+run-parts: /etc/kernel/header_postinst.d/dkms exited with return code 11
+Failed to process /etc/kernel/header_postinst.d at /var/lib/dpkg/info/linux-headers-6.1.0-50-amd64.postinst line 11.
+dpkg: error processing package linux-headers-6.1.0-50-amd64 (--configure):
+ installed linux-headers-6.1.0-50-amd64 package post-installation script subprocess returned error exit status 1
+Errors were encountered while processing:
+ linux-image-6.1.0-50-amd64
+ linux-headers-6.1.0-50-amd64
+"""
+
+
+def test_a_build_that_fails_in_the_kernels_install_hook_names_the_module_and_the_half_installed_kernel(
+    monkeypatch, node
+):
+    harness = harness_for(monkeypatch, node, builds=False)
+
+    def apt_get(argv):
+        add_kernel(node, NEW, module=False)
+        return 100, APT_HOOK_FAILURE, "E: Sub-process /usr/bin/dpkg returned an error code (1)\n"
+
+    harness.commands.add("apt-get install", apt_get)
+    failure = harness.outcome(kernel_package, ARGS)
+    assert failure.failed
+    msg = failure.result["msg"]
+    assert msg.startswith("gpuops_kernel: kernel 6.1.0-40-amd64")
+    assert "The node was not rebooted and still runs 6.1.0-39-amd64" in msg
+    assert "The install of 6.1.0-40-amd64 failed (apt-get exited 100: " in msg
+    assert "apt-get purge linux-headers-6.1.0-40-amd64 linux-image-6.1.0-40-amd64" in msg
