@@ -14,7 +14,7 @@ from tests.integration.playbook_run import run_playbook
 pytestmark = pytest.mark.integration
 
 PLAY = "Two passes of the nvidia_stack role"
-CONVERGED = {"move": [], "reboot_reasons": [], "start": [], "load": False}
+CONVERGED = {"move": [], "reboot_reasons": [], "start": [], "load": False, "dkms": False, "kernel_headers": False}
 
 
 @pytest.fixture(scope="module")
