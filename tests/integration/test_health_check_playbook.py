@@ -92,3 +92,34 @@ def test_healthy_cluster_passes(tmp_path: Path):
     )
     assert run.status == "successful", run.stdout[-2000:]
     assert json.loads(report.read_text())["unhealthy"] == []
+
+
+def test_a_run_limited_to_an_unhealthy_node_fails(tmp_path: Path):
+    """``--limit node`` leaves localhost out: the summary and the failure still come, from the nodes' play."""
+    report = tmp_path / "report.json"
+    run = run_playbook(
+        "playbooks/health_check.yml",
+        _inventory(tmp_path, NODES),
+        tmp_path / "runner",
+        extravars={"gpuops_health_report_path": str(report)},
+        limit="gpu-remap",
+    )
+    assert run.status == "failed"
+    assert run.rc == 2
+    (failure,) = run.failures
+    assert failure.task == "Fail the run when any node is unhealthy"
+    assert "gpu-remap" in failure.result["msg"]
+    assert json.loads(report.read_text())["unhealthy"] == ["gpu-remap"]
+
+
+def test_a_run_limited_to_a_healthy_node_passes(tmp_path: Path):
+    report = tmp_path / "report.json"
+    run = run_playbook(
+        "playbooks/health_check.yml",
+        _inventory(tmp_path, NODES),
+        tmp_path / "runner",
+        extravars={"gpuops_health_report_path": str(report)},
+        limit="gpu-good",
+    )
+    assert run.status == "successful", run.stdout[-2000:]
+    assert [node["host"] for node in json.loads(report.read_text())["nodes"]] == ["gpu-good"]
