@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_profiles
+from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_layout, mig_profiles
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import default_matrix
 
 
@@ -42,8 +42,24 @@ def mig_profile_set(gpu):
     }
 
 
+def mig_declared(spec, config, gpu):
+    """The layout ``gpuops_mig`` (``spec``) declares for a host of ``gpu``: ``{"config": name, "entries": [...]}``,
+    the entries of the config ``config`` names as mig-parted reads them, for gpu_health's ``mig_declared``.
+
+    The layout is checked as the validation play checks it (``mig_layout.problems``); a problem is an error naming
+    the variable and the fix. The node resolves each GPU's entry by its index and PCI device id, as gpu_mig does.
+    """
+    where = "gpuops.cluster.mig_declared"
+    found = mig_layout.problems(spec, config, gpu, default_matrix(), mig_profiles.default_profiles())
+    if found:
+        raise AnsibleFilterError("%s: %s" % (where, "; ".join(found)))
+    if spec is None:
+        return None
+    return {"config": config, "entries": [dict(entry) for entry in spec["mig-configs"][config]]}
+
+
 class FilterModule:
     """gpuops.cluster MIG filters."""
 
     def filters(self):
-        return {"mig_profile_set": mig_profile_set}
+        return {"mig_profile_set": mig_profile_set, "mig_declared": mig_declared}

@@ -301,7 +301,7 @@ options:
     choices: [nvidia_smi, gpu_count, gpu_model, driver_version, persistence_mode, mig_mode, ecc_mode, ecc_errors,
               row_remap, retired_pages, pcie_link, temperature, clock_events, recovery, fabric, fabricmanager, xid,
               fallen_off_bus, sxid, nvlink, nvlink_errors, infiniband, dcgm_diag, nccl_busbw, kernel_module, cdi_spec,
-              dcgm_exporter, gpudirect_rdma,
+              dcgm_exporter, gpudirect_rdma, mig_layout,
               ecc_rate, row_remap_rate, infiniband_rate, xid_repeat, nccl_baseline, dcgm_baseline,
               settle]
   mig_profile_set:
@@ -309,6 +309,15 @@ options:
       - The GPU model's MIG profiles as C(gpuops.cluster.gpu_mig) takes them (C(gpuops.cluster.mig_profile_set)).
         C(nvidia-smi -q -x) names no profile; with the set, RV(facts) and the C(mig_mode) check name each GPU
         instance's profile from its memory and engines, without it its id and memory.
+    type: dict
+  mig_declared:
+    description:
+      - The MIG layout declared for the node, as C(gpuops.cluster.mig_declared) gives it from C(gpuops_mig), with
+        C(config) (its name) and C(entries) (its mig-parted v1 entries). Each GPU's entry is found by its index and
+        PCI device id, as C(gpuops.cluster.gpu_mig) finds it; the C(mig_layout) check fails a GPU whose MIG mode
+        (current or pending) or GPU instance profiles differ from it, naming the GPU and the difference. Give
+        O(mig_profile_set) too, else the instances cannot be named and the check warns. Unset, C(mig_layout) is
+        skipped.
     type: dict
   fail_on_unhealthy:
     description:
@@ -506,11 +515,9 @@ level:
   sample: quick
 """
 
-import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.cluster.plugins.module_utils import managed_file
 from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
@@ -519,6 +526,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     health_state,
     infiniband,
     kernel_log,
+    metrics_file,
     node_history,
     nvidia_smi_xml,
     nvlink,
@@ -574,34 +582,12 @@ def argument_spec():
             choices=list(health_checks.CHECKS) + list(node_history.CHECKS) + list(settle_wait.CHECKS),
         ),
         mig_profile_set=dict(type="dict"),
+        mig_declared=dict(type="dict"),
         fail_on_unhealthy=dict(type="bool", default=False),
         prometheus_textfile=dict(type="path"),
         gate_needs=dict(type="list", elements="str", default=[], choices=list(gate_needs.LEVELS)),
         gate_tools_provided=dict(type="list", elements="str", default=[], choices=list(gate_needs.TOOLS)),
     )
-
-
-def _comparable_text(text):
-    return "\n".join(line for line in (text or "").splitlines() if "_last_run_timestamp_seconds " not in line)
-
-
-def write_textfile(module, path, content):
-    """Atomically write ``content`` to ``path``; returns (changed, before)."""
-    directory = os.path.dirname(path) or "."
-    if not os.path.isdir(directory):
-        module.fail_json(
-            msg="directory %s of prometheus_textfile does not exist: create it or point prometheus_textfile at "
-            "node_exporter's --collector.textfile.directory" % directory
-        )
-    before = None
-    if os.path.exists(path):
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            before = handle.read()
-    changed = _comparable_text(before) != _comparable_text(content) or before is None
-    if module.check_mode:
-        return changed, before
-    managed_file.write_atomic(module, path, content)
-    return changed, before
 
 
 def judge_history(module, inputs, verdict, offline):
@@ -694,7 +680,7 @@ def main():
     keys = (
         "expected_gpu_count", "expected_gpu_model", "expected_driver_version", "expected_ib_ports",
         "expected_ib_port_count", "expected_ib_rate", "expected_nvlinks", "expected_pcie_width", "expected_pcie_gen",
-        "pcie_baseline", "skip_checks", "gpudirect_rdma", "mig_profile_set",
+        "pcie_baseline", "skip_checks", "gpudirect_rdma", "mig_profile_set", "mig_declared",
     )  # fmt: skip
     options = dict({key: params[key] for key in keys}, thresholds=params["thresholds"] or {})
     try:
@@ -724,7 +710,7 @@ def main():
         )
     if params["prometheus_textfile"]:
         content = prometheus_textfile.render_prometheus(verdict, time.time())
-        changed, before = write_textfile(module, params["prometheus_textfile"], content)
+        changed, before = metrics_file.write_textfile(module, params["prometheus_textfile"], content)
         result["changed"] = changed
         if module._diff:
             result["diff"] = {

@@ -123,3 +123,41 @@ def test_a_run_limited_to_a_healthy_node_passes(tmp_path: Path):
     )
     assert run.status == "successful", run.stdout[-2000:]
     assert [node["host"] for node in json.loads(report.read_text())["nodes"]] == ["gpu-good"]
+
+
+MIG_LAYOUTS = {
+    "version": "v1",
+    "mig-configs": {
+        "as-built": [
+            {"devices": "all", "mig-enabled": True, "mig-devices": {"3g.71gb": 1, "2g.35gb": 1, "1g.18gb": 2}}
+        ],
+        "all-1g.18gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.18gb": 7}}],
+    },
+}
+
+
+def test_a_node_whose_mig_layout_differs_from_the_declared_one_fails_naming_the_gpu(tmp_path: Path):
+    """Two H200s with the same layout (the real MIG capture): the one that declares another layout fails."""
+    nodes = {name: ("h200-1x-mig-3211.xml", "h200-1x-vm-status-empty.txt") for name in ("mig-kept", "mig-changed")}
+    inventory = _inventory(tmp_path, nodes)
+    document = yaml.safe_load(inventory.read_text())
+    document["gpu_nodes"]["vars"].update(gpuops_gpu="NVIDIA H200", gpuops_mig=MIG_LAYOUTS)
+    document["gpu_nodes"]["hosts"]["mig-kept"]["gpuops_mig_config"] = "as-built"
+    document["gpu_nodes"]["hosts"]["mig-changed"]["gpuops_mig_config"] = "all-1g.18gb"
+    inventory.write_text(yaml.safe_dump(document))
+    report = tmp_path / "report.json"
+    run = run_playbook(
+        "playbooks/health_check.yml",
+        inventory,
+        tmp_path / "runner",
+        extravars={"gpuops_health_report_path": str(report)},
+    )
+    assert run.status == "failed", run.stdout[-3000:]
+    nodes_found = {node["host"]: node for node in json.loads(report.read_text())["nodes"]}
+    assert nodes_found["mig-kept"]["healthy"] is True, nodes_found["mig-kept"]["problems"]
+    kept = [c for c in nodes_found["mig-kept"]["checks"] if c["name"] == "mig_layout"]
+    assert [(c["status"], c["gpu_index"]) for c in kept] == [("pass", 0)]
+    assert nodes_found["mig-changed"]["healthy"] is False
+    assert nodes_found["mig-changed"]["problems"] == [
+        "mig_layout[gpu0]: GPU 0: declared 7x 1g.18gb, found 2x 1g.18gb + 1x 2g.35gb + 1x 3g.71gb"
+    ]

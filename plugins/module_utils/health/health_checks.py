@@ -21,6 +21,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     dcgm_exporter,
     gpudirect_rdma,
     kernel_modules,
+    mig_drift,
     mig_health,
     node_verdict,
     nvlink_counts,
@@ -36,6 +37,7 @@ CHECKS = (
     "driver_version",
     "persistence_mode",
     "mig_mode",
+    "mig_layout",
     "ecc_mode",
     "ecc_errors",
     "row_remap",
@@ -791,25 +793,23 @@ def _fabricmanager_check(fabricmanager):
 def evaluate(inputs, options=None):
     """Judge one node.
 
-    ``inputs`` keys (each optional): ``smi`` (nvidia_smi_xml.parse), ``kernel``
-    (kernel_log.parse), ``nvlink_status`` / ``nvlink_errors`` (nvlink.parse_*), ``cdi`` (cdi_spec.read),
-    ``infiniband`` (infiniband.read_ports), ``fabricmanager``
-    (``{required, state, reason}``), ``dcgm`` (``{level, parsed}``), ``nccl``
-    (``{parsed}``), ``kernel_modules`` (kernel_modules.read) and ``unavailable``: ``{source: reason}`` for sources not
+    ``inputs`` keys (each optional): ``smi`` (nvidia_smi_xml.parse), ``kernel`` (kernel_log.parse), ``nvlink_status``
+    / ``nvlink_errors`` (nvlink.parse_*), ``cdi`` (cdi_spec.read), ``infiniband`` (infiniband.read_ports),
+    ``fabricmanager`` (``{required, state, reason}``), ``dcgm`` (``{level, parsed}``), ``nccl`` (``{parsed}``),
+    ``kernel_modules`` (kernel_modules.read) and ``unavailable``: ``{source: reason}`` for sources not
     read, which turns their checks into skips with that reason, and ``failed``: ``{source: reason}``
     for sources asked for at this level that could not be read (tool missing, timed out, failed),
-    which turns their checks into failures with that reason: the verdict fails closed. ``nvswitch``:
-    the node's NVSwitch devices (None when unknown). Sources:
-    ``smi kernel nvlink_status nvlink_errors infiniband fabricmanager dcgm nccl kernel_modules cdi``, and
-    ``dcgm_exporter`` (dcgm_exporter.read).
+    which turns their checks into failures with that reason: the verdict fails closed. ``nvswitch``: the node's
+    NVSwitch devices (None when unknown). Sources: ``smi kernel nvlink_status nvlink_errors infiniband fabricmanager
+    dcgm nccl kernel_modules cdi``, and ``dcgm_exporter`` (dcgm_exporter.read).
 
-    ``options``: ``expected_gpu_count``, ``expected_gpu_model``,
-    ``expected_driver_version``, ``expected_ib_ports`` (``mlx5_0`` or
-    ``mlx5_0:1``), ``expected_ib_port_count``, ``expected_ib_rate`` (Gb/s), ``expected_nvlinks``,
-    ``expected_pcie_width``, ``expected_pcie_gen``, ``pcie_baseline``, ``thresholds`` (see
-    ``thresholds.TABLE``), ``skip_checks``, ``gpudirect_rdma`` (the setting, one of ``gpudirect_rdma.SETTINGS``,
-    judged against ``inputs['gpudirect_rdma']``, gpudirect_rdma.read; its path goes into the facts),
-    ``mig_profile_set`` (the GPU model's MIG profiles: names the GPU instances of ``facts.gpus[].mig``).
+    ``options``: ``expected_gpu_count``, ``expected_gpu_model``, ``expected_driver_version``, ``expected_ib_ports``
+    (``mlx5_0`` or ``mlx5_0:1``), ``expected_ib_port_count``, ``expected_ib_rate`` (Gb/s), ``expected_nvlinks``,
+    ``expected_pcie_width``, ``expected_pcie_gen``, ``pcie_baseline``, ``thresholds`` (see ``thresholds.TABLE``),
+    ``skip_checks``, ``gpudirect_rdma`` (the setting, one of ``gpudirect_rdma.SETTINGS``, judged against
+    ``inputs['gpudirect_rdma']``, gpudirect_rdma.read; its path goes into the facts), ``mig_profile_set`` (the GPU
+    model's MIG profiles: names the GPU instances of ``facts.gpus[].mig``), ``mig_declared`` (the declared MIG
+    layout, filter ``mig_declared``: judged by the ``mig_layout`` check, ``mig_drift``).
     """
     options = options or {}
     limits = thresholds.limits(options.get("thresholds"))
@@ -835,7 +835,7 @@ def evaluate(inputs, options=None):
     mig_layouts = {gpu["index"]: mig_health.layout(gpu, options.get("mig_profile_set")) for gpu in gpus}
     smi_checks = (
         "gpu_count", "gpu_model", "driver_version", "persistence_mode", "mig_mode", "ecc_mode", "ecc_errors",
-        "row_remap", "retired_pages", "pcie_link", "temperature", "clock_events", "recovery", "fabric",
+        "row_remap", "retired_pages", "pcie_link", "temperature", "clock_events", "recovery", "fabric", "mig_layout",
     )  # fmt: skip
     if smi is None:
         reason = unavailable.get("smi", "nvidia-smi output not available")
@@ -855,10 +855,12 @@ def evaluate(inputs, options=None):
         checks.append(_driver_version(smi, options.get("expected_driver_version")))
         kernel_reading = (inputs.get("kernel"), failed_sources.get("kernel"), unavailable.get("kernel"))
         for gpu in gpus:
+            mig = mig_layouts[gpu["index"]]
             checks.extend(
                 [
                     _persistence(gpu),
-                    _judged("mig_mode", gpu, mig_health.mode_finding(gpu, mig_layouts[gpu["index"]])),
+                    _judged("mig_mode", gpu, mig_health.mode_finding(gpu, mig)),
+                    _judged("mig_layout", gpu, mig_drift.judge(options.get("mig_declared"), gpu, mig)),
                     _ecc_mode(gpu),
                     # MIG on: volatile ECC counts per MIG device, row remaps from the kernel log (mig_health)
                     _judged("ecc_errors", gpu, mig_health.ecc_errors(gpu, limits)) or _ecc_errors(gpu, limits),

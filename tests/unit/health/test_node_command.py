@@ -260,10 +260,11 @@ def test_the_role_installs_every_module_util_the_command_imports():
         needed.add(name)
         tree = ast.parse((root / "plugins/module_utils" / name).read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(prefix):
+            # from ...module_utils.health import x, and from ...module_utils import managed_file
+            if isinstance(node, ast.ImportFrom) and ((node.module or "") + ".").startswith(prefix):
                 base = node.module[len(prefix) :].replace(".", "/")
                 for alias in node.names:
-                    candidate = "%s/%s.py" % (base, alias.name)
+                    candidate = "%s%s.py" % (base + "/" if base else "", alias.name)
                     todo.append(candidate if (root / "plugins/module_utils" / candidate).is_file() else base + ".py")
     assert needed - listed == set()
     assert "health/__init__.py" in listed
