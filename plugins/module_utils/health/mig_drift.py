@@ -55,30 +55,17 @@ def _assignable(unnamed, wanted):
 
 
 def _mode(index, want, mig):
-    """``(status, detail, action)`` when the MIG mode is not the declared one, else None."""
+    """``(status, detail, action)`` when the MIG mode decides the check (it differs, or there is no MIG), else None."""
     current, pending = mig["current"], mig["pending"]
     if current is None:
         if want:
             return "fail", "GPU %d: MIG declared on, the GPU has no MIG mode" % index, "none"
         return "pass", "GPU %d: MIG declared off, the GPU has no MIG mode" % index, "none"
     if current != want:
+        detail = "GPU %d: MIG declared %s, mode is %s" % (index, _word(want), _word(current))
         if pending == want:
-            how = "pending %s: reset the GPU or reboot" % _word(pending)
-            return (
-                "fail",
-                "GPU %d: MIG declared %s, mode is %s (%s)" % (index, _word(want), _word(current), how),
-                ("reset_gpu"),
-            )
-        return (
-            "fail",
-            "GPU %d: MIG declared %s, mode is %s: apply the layout (gpuops.cluster.gpu_mig)"
-            % (
-                index,
-                _word(want),
-                _word(current),
-            ),
-            "none",
-        )
+            return "fail", "%s (pending %s: reset the GPU or reboot)" % (detail, _word(pending)), "reset_gpu"
+        return "fail", "%s: apply the layout (gpuops.cluster.gpu_mig)" % detail, "none"
     if pending is not None and pending != want:
         return (
             "fail",
@@ -108,18 +95,10 @@ def _instances(index, wanted, mig):
     if len(left) != len(unnamed) or not all(gi.get("profile_candidates") for gi in unnamed):
         if len(left) != len(unnamed):
             return "fail", "%s, found %s: the named profiles differ" % (declared, found_text), "none"
-        why = "no profile set to name them by (mig_profile_set)"
+        why = "no profile set to name them by (mig_profile_set), or their memory was not read"
     elif not _assignable([gi["profile_candidates"] for gi in unnamed], left):
-        return (
-            "fail",
-            "%s, found %s: their memory and engines fit none of %s"
-            % (
-                declared,
-                found_text,
-                " + ".join(left),
-            ),
-            "none",
-        )
+        detail = "%s, found %s: their memory and engines fit none of %s" % (declared, found_text, " + ".join(left))
+        return "fail", detail, "none"
     else:
         why = "their memory and engines fit several profiles (%s)" % "; ".join(
             "GI %s: %s" % (gi["id"], " or ".join(gi["profile_candidates"])) for gi in unnamed

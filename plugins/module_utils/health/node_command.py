@@ -96,6 +96,7 @@ CONFIG_DEFAULTS = {
     "expected_pcie_gen": (None, int),
     "pcie_baseline": ({}, dict),
     "mig_profile_set": (None, dict),  # names the GPU instances in facts.gpus[].mig (gpu_health's option)
+    "mig_declared": (None, dict),  # the declared MIG layout the mig_layout check compares with (gpu_health's option)
     "thresholds": ({}, dict),
     "rate_thresholds": ({}, dict),
     "baseline_max_regression": (node_baseline.MAX_REGRESSION, float),
@@ -327,7 +328,7 @@ def evaluate_options(config):
     keys = (
         "expected_gpu_count", "expected_gpu_model", "expected_driver_version", "expected_ib_ports",
         "expected_ib_port_count", "expected_ib_rate", "expected_nvlinks", "expected_pcie_width", "expected_pcie_gen",
-        "pcie_baseline", "thresholds", "skip_checks", "gpudirect_rdma", "mig_profile_set",
+        "pcie_baseline", "thresholds", "skip_checks", "gpudirect_rdma", "mig_profile_set", "mig_declared",
     )  # fmt: skip
     return {key: config[key] for key in keys}
 

@@ -18,6 +18,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
 
 from . import test_node_command
 from .conftest import FIXTURES
+from .test_mig_drift import H200_SET, declared
 from .test_node_command import CLEAN, Tools, drain_reason, run
 
 node = test_node_command.node  # the node command tests' fixture, under its name here
@@ -71,3 +72,13 @@ def test_only_xid_63_of_a_gpu_with_mig_on_is_kept():
         c for c in health_checks.evaluate({"smi": smi, "kernel": reopened})["checks"] if c["name"] == "row_remap"
     )
     assert check["status"] == "fail"
+
+
+def test_the_command_fails_a_gpu_whose_layout_differs_from_the_declared_one(node):
+    config = json.loads((node["tmp"] / "gpu-health.json").read_text())
+    config.update(mig_profile_set=H200_SET, mig_declared=declared({"1g.18gb": 7}), expected_gpu_count=1)
+    (node["tmp"] / "gpu-health.json").write_text(json.dumps(config))
+    _code, out, _err = run(node, Tools(smi=MIG), "--json")
+    found = next(c for c in json.loads(out)["checks"] if c["name"] == "mig_layout")
+    assert (found["status"], found["gpu_index"]) == ("fail", 0)
+    assert found["detail"] == "GPU 0: declared 7x 1g.18gb, found 2x 1g.18gb + 1x 2g.35gb + 1x 3g.71gb"
