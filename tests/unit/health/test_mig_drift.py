@@ -31,10 +31,11 @@ def declared(mig_devices=None, enabled=True, devices="all", **extra):
     return {"config": "pool", "entries": [entry]}
 
 
-def layout_check(text, mig_declared_value, profile_set=H200_SET):
+def layout_check(text, mig_declared_value, profile_set="h200"):
+    """``profile_set``: "h200" (the H200's profile set), another set, or None (no profile names)."""
     options = {"mig_declared": mig_declared_value}
     if profile_set is not None:
-        options["mig_profile_set"] = profile_set
+        options["mig_profile_set"] = H200_SET if profile_set == "h200" else profile_set
     return check(evaluate(text, options=options), "mig_layout")
 
 
