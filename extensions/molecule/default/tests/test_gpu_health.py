@@ -72,6 +72,8 @@ SKIPPED_ON_EVERY_NODE = {
     "cdi_spec",
     "dcgm_exporter",
     "gpudirect_rdma",
+    # no MIG layout declared (gpuops_mig): nothing to compare
+    "mig_layout",
 }
 PER_GPU = {"gpu_model", "persistence_mode", "ecc_mode", "ecc_errors", "row_remap", "pcie_link", "temperature",
            "clock_events", "recovery"}  # fmt: skip
