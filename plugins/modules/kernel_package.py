@@ -123,25 +123,15 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner impo
     use_c_locale,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import kernel_modules
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import apt_pinning, kernel_lockstep, rpm_versionlock
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
+    installed_packages,
+    kernel_lockstep,
+    rpm_versionlock,
+)
 
 ROOT = "/"  # the node's root, read as the health check reads it (a fake tree in the unit tests)
 HINT = "check the repositories the node uses (apt-get update / dnf makecache) and run again"
 APT_ENV = {"DEBIAN_FRONTEND": "noninteractive"}
-
-
-def read_installed(module, manager):
-    """apt: ``{name: info}`` of the ``linux-*`` packages; dnf: :func:`kernel_lockstep.parse_rpm_kernels`."""
-    if manager == "apt":
-        argv = [module.get_bin_path("dpkg-query", required=True), "-W", "-f=${Package}\\t${Version}\\t${Status}\\n"]
-        rc, out, err = run_bounded(module, [*argv, "linux-*"], "list the installed kernel packages")
-        if rc not in (0, 1):
-            module.fail_json(msg=f"dpkg-query failed listing the kernel packages: {(err or out).strip()}", rc=rc)
-        return apt_pinning.parse_dpkg_query(out)
-    rpm = module.get_bin_path("rpm", required=True)
-    argv = [rpm, "-q", "--qf", kernel_lockstep.RPM_KERNEL_QUERY_FORMAT, *kernel_lockstep.RPM_KERNEL_NAMES]
-    _rc, out, _err = run_bounded(module, argv, "list the installed kernel packages")
-    return kernel_lockstep.parse_rpm_kernels(out)
 
 
 def resolve(module, manager, installed, running):
@@ -276,7 +266,7 @@ def main():
         module.fail_json(msg=f"kernel {params['kernel']!r}: {problem}")
     manager = params["package_manager"]
     running = kernel_modules.running_kernel(ROOT) or os.uname().release
-    installed = read_installed(module, manager)
+    installed = installed_packages.query_kernels(module, manager)
     try:
         target = resolve(module, manager, installed, running)
     except kernel_lockstep.LockstepError as exc:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import first_line, run_bounded
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import apt_pinning, rpm_versionlock
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import apt_pinning, kernel_lockstep, rpm_versionlock
 
 
 def query_apt(module, names, params):
@@ -52,3 +52,31 @@ def query_dnf(module, names, params):
     lock_text = read_value(params["versionlock_path"])
     pins = rpm_versionlock.locked_versions(lock_text or "")
     return installed, pins, None, dict.fromkeys(names)
+
+
+def query_kernels(module, manager, hint=""):
+    """The installed kernel packages, in one command: apt ``{name: info}`` of ``dpkg-query -W 'linux-*'`` (the
+    ``apt_pinning.parse_dpkg_query`` form); dnf ``[{name, evr, kver}]`` of ``rpm -q`` of the kernel package names,
+    every installed version (``kernel_lockstep.parse_rpm_kernels``). A query that fails fails the module: an unread
+    list would hold or keep nothing. ``rpm -q`` exits with the number of names not installed (said on stdout), so
+    its failure is what it says on stderr."""
+    if manager == "apt":
+        dpkg_query = module.get_bin_path("dpkg-query", required=True)
+        argv = [dpkg_query, "-W", "-f=${Package}\\t${Version}\\t${Status}\\n", "linux-*"]
+        rc, out, err = run_bounded(module, argv, "list the installed kernel packages", hint=hint)
+        if rc not in (0, 1):  # 1: no package matches
+            module.fail_json(msg=f"dpkg-query failed listing the kernel packages: {first_line(err, out)}", rc=rc)
+        try:
+            return apt_pinning.parse_dpkg_query(out)
+        except apt_pinning.PinningError as exc:
+            module.fail_json(msg=f"cannot read the installed kernel packages: {exc}")
+    rpm = module.get_bin_path("rpm", required=True)
+    argv = [rpm, "-q", "--qf", kernel_lockstep.RPM_KERNEL_QUERY_FORMAT, *kernel_lockstep.RPM_KERNEL_NAMES]
+    rc, out, err = run_bounded(module, argv, "list the installed kernel packages", hint=hint)
+    if (err or "").strip():
+        module.fail_json(msg=f"rpm -q failed listing the kernel packages: {first_line(err)}", rc=rc)
+    try:
+        return kernel_lockstep.parse_rpm_kernels(out)
+    except kernel_lockstep.LockstepError as exc:
+        module.fail_json(msg=str(exc))
+    return []

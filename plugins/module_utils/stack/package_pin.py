@@ -19,6 +19,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner impo
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
     apt_pinning,
+    installed_packages,
     kernel_lockstep,
     pin_plan,
     rpm_versionlock,
@@ -121,24 +122,10 @@ def read_kernel_packages(module, manager):
     params = module.params
     if not (params["kernel_hold"] and params["state"] == "present" and params["hold"]):
         return []
+    installed = installed_packages.query_kernels(module, manager, FIX_HINT)
     if manager == "apt":
-        dpkg_query = module.get_bin_path("dpkg-query", required=True)
-        argv = [dpkg_query, "-W", "-f=${Package}\\t${Version}\\t${Status}\\n", "linux-*"]
-        rc, out, err = run_bounded(module, argv, "list the installed kernel packages", hint=FIX_HINT)
-        if rc not in (0, 1):  # 1: no package matches
-            module.fail_json(msg=f"dpkg-query failed listing the kernel packages: {(err or out).strip()}", rc=rc)
-        try:
-            return kernel_lockstep.apt_kernel_holds(apt_pinning.parse_dpkg_query(out))
-        except apt_pinning.PinningError as exc:
-            module.fail_json(msg=f"cannot read the installed kernel packages: {exc}")
-    rpm = module.get_bin_path("rpm", required=True)
-    argv = [rpm, "-q", "--qf", kernel_lockstep.RPM_KERNEL_QUERY_FORMAT, *kernel_lockstep.RPM_KERNEL_NAMES]
-    _rc, out, _err = run_bounded(module, argv, "list the installed kernel packages", hint=FIX_HINT)
-    try:
-        return kernel_lockstep.rpm_kernel_locks(kernel_lockstep.parse_rpm_kernels(out))
-    except kernel_lockstep.LockstepError as exc:
-        module.fail_json(msg=str(exc))
-    return []
+        return kernel_lockstep.apt_kernel_holds(installed)
+    return kernel_lockstep.rpm_kernel_locks(installed)
 
 
 MODULE_KWARGS = dict(
