@@ -62,14 +62,9 @@ def plan(reading, setting, flavor=None):
 
 def _remove_ours(module, path, diff):
     """Remove ``path`` where it holds exactly what this collection writes; True when it was (or would be)."""
-    before = managed_file.read_text(path)
-    if before != rdma_dropins.render_peermem():
+    if managed_file.read_text(path) != rdma_dropins.render_peermem():
         return False
-    if diff is not None:
-        diff.append(dict(before=before, after="", before_header=path, after_header=path))
-    if not module.check_mode:
-        os.unlink(path)
-    return True
+    return managed_file.remove(module, path, diff)
 
 
 def _load(module, root, result):
