@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_layout, mig_plan
+from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_layout, mig_plan, mig_profiles
 
 
 def _word(flag):
@@ -112,8 +112,7 @@ def judge(declared, gpu, mig):
     if not declared:
         return "skip", "no MIG layout declared (gpuops_mig)", "none"
     index = gpu["index"]
-    device = gpu.get("pci_device_id")
-    device_id = ("0x" + device.lower().removeprefix("0x")) if device else None
+    device_id = mig_profiles.reported_device_id(gpu.get("pci_device_id"))
     entry = mig_plan.entry_for(declared.get("entries") or [], index, device_id)
     config = declared.get("config")
     if entry is None:

@@ -46,6 +46,12 @@ def device_id(text):
     return text.split(":", 1)[0].lower()
 
 
+def reported_device_id(text):
+    """nvidia-smi's ``pci_device_id`` (``0x233010DE``) as :func:`device_id` gives it (``0x`` added where a reading
+    lacks it), or None."""
+    return device_id("0x" + text.lower().removeprefix("0x")) if isinstance(text, str) and text else None
+
+
 def parse_device(name):
     """``{"gi": "3g.20gb", "compute": 1, "slices": 3}`` for ``1c.3g.20gb``; None when the name is malformed.
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import nvidia_smi_xml
-from ansible_collections.gpuops.cluster.plugins.module_utils.mig.mig_profiles import parse_device
+from ansible_collections.gpuops.cluster.plugins.module_utils.mig.mig_profiles import parse_device, reported_device_id
 
 _GI_ROW = re.compile(r"^\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s*\|$")
 _CI_ROW = re.compile(r"^\|\s*(\d+)\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)(?:\s+(\d+):(\d+))?\s*\|$")
@@ -121,7 +121,7 @@ def node_state(query_xml, lgi_text="", lci_text=""):
                 "uuid": gpu["uuid"],
                 "bus_id": gpu["pci_bus_id"],
                 "product": gpu["product_name"],
-                "device_id": ("0x" + device.lower().removeprefix("0x")) if device else None,
+                "device_id": reported_device_id(device),
                 "mig": dict(gpu["mig_mode"]),
                 "gpu_instances": sorted(mine, key=lambda gi: gi["start"]),
                 "processes": list(gpu.get("processes") or []),
