@@ -69,7 +69,7 @@ options:
         description: The runtimes the role configures.
         type: list
         elements: str
-        default: [containerd, docker, crio]
+        default: [containerd, docker, crio, enroot]
       cdi:
         description: CDI is enabled in containerd and Docker.
         type: bool
@@ -495,7 +495,11 @@ def main():
             "container_runtime": {
                 "type": "dict",
                 "options": {
-                    "runtimes": {"type": "list", "elements": "str", "default": ["containerd", "docker", "crio"]},
+                    "runtimes": {
+                        "type": "list",
+                        "elements": "str",
+                        "default": ["containerd", "docker", "crio", "enroot"],
+                    },
                     "cdi": {"type": "bool", "default": True},
                     "set_as_default": {"type": "bool", "default": False},
                 },

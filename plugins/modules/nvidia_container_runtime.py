@@ -7,10 +7,10 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: nvidia_container_runtime
-short_description: Configure containerd, Docker and CRI-O for the NVIDIA Container Toolkit and keep its CDI spec true
+short_description: Configure containerd, Docker, CRI-O and enroot for the NVIDIA Container Toolkit; keep CDI true
 version_added: 0.4.0
 description:
-  - For each runtime of O(runtimes) present on the node (C(containerd), C(dockerd) or C(crio) in C(/usr/bin),
+  - For each runtime of O(runtimes) present on the node (C(containerd), C(dockerd), C(crio) or C(enroot) in C(/usr/bin),
     C(/usr/sbin) or C(/usr/local/bin)), runs C(nvidia-ctk runtime configure) on a scratch copy of the runtime's
     configuration, compares what it wrote with the node's files and replaces only the files that differ, so check
     mode predicts the run and a re-run changes nothing. Then checks what the tool wrote holds the NVIDIA runtime
@@ -19,6 +19,12 @@ description:
     plugin section into it, as containerd before 2.1 does not merge plugin tables) and its directory in the main
     file's C(imports), every other import kept; version 1 (a config.toml without C(version)) has no drop-ins and
     its main file is edited. CRI-O gets O(crio_drop_in); Docker O(docker_config) (no drop-in exists).
+  - enroot (Slurm with pyxis) reads no CDI and has nothing for nvidia-ctk to write; its GPU support is the hook
+    C(98-nvidia.sh) enroot ships in C(hooks.d) of its configuration directory (C(/etc/enroot), C(/usr/local/etc/enroot)
+    for a source install, or C(ENROOT_SYSCONF_PATH) of C(enroot.conf)), which calls C(nvidia-container-cli)
+    (libnvidia-container-tools). A hook made non-executable (enroot then skips it and GPU containers start without
+    GPUs) is made executable again (mode 0755, as enroot installs it); a missing hook or a missing
+    C(nvidia-container-cli) fails the module with the fix, nothing changed. enroot has no service to restart.
   - RV(restart) names the runtimes whose configuration changed; restart each once (the C(nvidia_stack) role's
     handlers). A runtime that is not present is left alone.
   - With O(cdi_output), runs C(nvidia-ctk cdi generate) into a scratch file and replaces O(cdi_output) when it
@@ -33,8 +39,8 @@ options:
     description: The runtimes to configure where they are present.
     type: list
     elements: str
-    choices: [containerd, docker, crio]
-    default: [containerd, docker, crio]
+    choices: [containerd, docker, crio, enroot]
+    default: [containerd, docker, crio, enroot]
   cdi:
     description: Enable CDI in containerd (C(enable_cdi)) and Docker (C(features.cdi)); CRI-O always has it.
     type: bool
@@ -67,6 +73,12 @@ options:
     description: Docker's daemon configuration.
     type: path
     default: /etc/docker/daemon.json
+  enroot_sysconf:
+    description:
+      - enroot's configuration directory (its C(hooks.d) holds the GPU hook); unset to find it as enroot does
+        (C(ENROOT_SYSCONF_PATH) of C(enroot.conf), else C(/etc/enroot), or C(/usr/local/etc/enroot) for an enroot
+        in C(/usr/local/bin)).
+    type: path
   cdi_output:
     description: The CDI specification kept for the loaded driver; empty to leave it to the refresh units.
     type: path
@@ -116,6 +128,11 @@ files:
   type: dict
   returned: always
   sample: {"/etc/containerd/conf.d/99-nvidia.toml": {"runtime": "containerd", "changed": true}}
+enroot:
+  description: enroot's GPU hook (C(hook), its C(hook_mode) before this run, C(cli) the nvidia-container-cli found).
+  type: dict
+  returned: when enroot is present
+  sample: {"hook": "/etc/enroot/hooks.d/98-nvidia.sh", "hook_mode": "0755", "cli": "/usr/bin/nvidia-container-cli"}
 containerd_version:
   description: containerd's config version (1, 2 or 3), when containerd is present.
   type: int
@@ -140,7 +157,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner impo
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import cdi_spec
 from ansible_collections.gpuops.cluster.plugins.module_utils.managed_file import read_text, write_atomic
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import container_runtime_config as rc
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import container_toolkit
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import container_toolkit, enroot_hook
 
 REFRESH_UNITS = ("nvidia-cdi-refresh.service", "nvidia-cdi-refresh.path")
 
@@ -240,14 +257,26 @@ def refresh_units(module, params, result):
     return missing
 
 
+def enroot_reading(module, present):
+    """enroot's GPU hook where enroot is present (None otherwise); fails, nothing changed, when it cannot work."""
+    if "enroot" not in present:
+        return None
+    binary = next(path for path in container_toolkit.RUNTIME_BINARIES["enroot"] if os.path.exists(path))
+    reading = enroot_hook.read(binary, read_text, sysconf=module.params["enroot_sysconf"])
+    problems = enroot_hook.problems(reading, mode=False)  # a hook made non-executable is made executable again
+    if problems:
+        module.fail_json(msg="; ".join(problems) + "; nothing was changed", enroot=reading)
+    return reading
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
             "runtimes": {
                 "type": "list",
                 "elements": "str",
-                "choices": ["containerd", "docker", "crio"],
-                "default": ["containerd", "docker", "crio"],
+                "choices": ["containerd", "docker", "crio", "enroot"],
+                "default": ["containerd", "docker", "crio", "enroot"],
             },
             "cdi": {"type": "bool", "default": True},
             "set_as_default": {"type": "bool", "default": False},
@@ -257,6 +286,7 @@ def main():
             "crio_config": {"type": "path", "default": rc.CRIO_CONFIG},
             "crio_drop_in": {"type": "path", "default": rc.CRIO_DROP_IN},
             "docker_config": {"type": "path", "default": rc.DOCKER_CONFIG},
+            "enroot_sysconf": {"type": "path"},
             "cdi_output": {"type": "path", "default": "/var/run/cdi/nvidia.yaml"},
             "refresh_units": {"type": "bool", "default": True},
             "command_timeout": {"type": "int", "default": 120},
@@ -269,18 +299,22 @@ def main():
     result = {"changed": False, "present": present, "restart": [], "files": {}, "cdi": {}, "warnings": []}
     if not os.access(params["nvidia_ctk"], os.X_OK):
         if module.check_mode:  # a first install in check mode: the toolkit is not there yet
-            result.update(changed=True, restart=present, cdi={"path": params["cdi_output"], "changed": True})
+            restart = [name for name in present if name != "enroot"]  # enroot has no service
+            result.update(changed=True, restart=restart, cdi={"path": params["cdi_output"], "changed": True})
             result["warnings"].append(
                 "%s not installed yet: every present runtime would be configured" % params["nvidia_ctk"]
             )
             module.exit_json(**result)
         module.fail_json(msg="%s not found: install nvidia-container-toolkit-base first" % params["nvidia_ctk"])
+    enroot = enroot_reading(module, present)
+    if enroot is not None:
+        result["enroot"] = dict(enroot, hook_mode=None if enroot["hook_mode"] is None else "%04o" % enroot["hook_mode"])
     scratch = tempfile.mkdtemp(prefix="gpuops-ctk-")
     diffs = []
     try:
         runner = Runner(module, scratch)
         plan = []
-        for runtime in present:
+        for runtime in [name for name in present if name != "enroot"]:
             wanted, problems = runner.wanted_files(runtime)
             if problems:
                 module.fail_json(
@@ -336,7 +370,19 @@ def main():
             if not module.check_mode:
                 write_atomic(module, params["cdi_output"], cdi_text, mode=0o644, create_parent=True)
     result["refresh_units"] = refresh_units(module, params, result)
-    result["changed"] = bool(result["restart"] or result["cdi"]["changed"] or result["refresh_units"])
+    hook_fixed = enroot is not None and enroot_hook.needs_mode_fix(enroot)
+    if hook_fixed:
+        diffs.append(
+            {
+                "before_header": enroot["hook"] + " (mode)",
+                "after_header": enroot["hook"] + " (mode)",
+                "before": "%04o\n" % enroot["hook_mode"],
+                "after": "%04o\n" % enroot_hook.HOOK_MODE,
+            }
+        )
+        if not module.check_mode:
+            os.chmod(enroot["hook"], enroot_hook.HOOK_MODE)
+    result["changed"] = bool(result["restart"] or result["cdi"]["changed"] or result["refresh_units"] or hook_fixed)
     if module._diff:
         result["diff"] = diffs
     warnings = result.pop("warnings")

@@ -15,6 +15,7 @@ import os
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import cdi_spec
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import container_runtime_config as rc
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import container_toolkit, enroot_hook
 
 # Where systemctl enable links a unit with WantedBy=multi-user.target (the refresh units' [Install]).
 WANTS_DIR = "/etc/systemd/system/multi-user.target.wants"
@@ -29,7 +30,7 @@ def _read(path):
         return None
 
 
-def reasons(present, wanted, cdi=True, default=False, nvml=None, exists=os.path.exists, read=_read):
+def reasons(present, wanted, cdi=True, default=False, nvml=None, exists=os.path.exists, read=_read, stat=os.stat):
     """Why the runtimes or the CDI specification need configuring (empty: nothing to do).
 
     ``present``: the runtimes on the node; ``wanted``: those the role configures; ``nvml``: gpu_stack_facts'
@@ -41,7 +42,10 @@ def reasons(present, wanted, cdi=True, default=False, nvml=None, exists=os.path.
         return ["nvidia-ctk is not installed"]
     for runtime in [name for name in present if name in wanted]:
         try:
-            if runtime == "containerd":
+            if runtime == "enroot":
+                binary = next(path for path in container_toolkit.RUNTIME_BINARIES["enroot"] if exists(path))
+                problems = enroot_hook.problems(enroot_hook.read(binary, read, exists, stat))
+            elif runtime == "containerd":
                 main = read(rc.CONTAINERD_CONFIG)
                 version = rc.containerd_version(main)
                 if version == 1:

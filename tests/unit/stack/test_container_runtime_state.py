@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import container_runtime_state as state
@@ -63,3 +64,27 @@ def test_absent_runtimes_and_no_driver_ask_for_nothing():
 def test_an_unreadable_configuration_is_a_reason_not_a_crash():
     files = dict(CONFIGURED, **{"/etc/docker/daemon.json": "{broken"})
     assert reasons(files)[0].startswith("docker: daemon.json is not valid JSON")
+
+
+def test_enroot_needs_its_gpu_hook_and_the_cli_it_calls():
+    enroot = dict(CONFIGURED, **{"/usr/bin/enroot": ""})
+    modes = {"/etc/enroot/hooks.d/98-nvidia.sh": 0o755}
+
+    def stat(path):
+        if path not in modes:
+            raise FileNotFoundError(path)
+        return os.stat_result((0o100000 | modes[path], 0, 0, 1, 0, 0, 0, 0, 0, 0))
+
+    def enroot_reasons(files):
+        return state.reasons(
+            ["enroot"], [*ALL, "enroot"], nvml=NVML, exists=files.__contains__, read=files.get, stat=stat
+        )
+
+    (missing_cli,) = enroot_reasons(enroot)
+    assert missing_cli.startswith("enroot: nvidia-container-cli is not installed")
+    enroot["/usr/bin/nvidia-container-cli"] = ""
+    assert enroot_reasons(enroot) == []
+    modes["/etc/enroot/hooks.d/98-nvidia.sh"] = 0o644
+    (off,) = enroot_reasons(enroot)
+    assert off.startswith("enroot: enroot's GPU hook /etc/enroot/hooks.d/98-nvidia.sh is not executable")
+    assert state.reasons(["enroot"], ALL, nvml=NVML, exists=enroot.__contains__, read=enroot.get, stat=stat) == []

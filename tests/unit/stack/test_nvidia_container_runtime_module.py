@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import cdi_spec
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import container_runtime_config as rc
-from ansible_collections.gpuops.cluster.plugins.module_utils.stack import container_toolkit
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import container_toolkit, enroot_hook
 from ansible_collections.gpuops.cluster.plugins.modules import nvidia_container_runtime
 
 from tests.unit.module_harness import FakeCommands, ModuleHarness, unbounded
@@ -158,3 +158,60 @@ def test_without_nvidia_ctk_check_mode_predicts_and_a_run_fails(node, harness):
     assert predicted["changed"] is True
     assert predicted["restart"] == ["containerd", "docker"]
     assert "install nvidia-container-toolkit-base first" in harness.fail(nvidia_container_runtime, missing)["msg"]
+
+
+@pytest.fixture
+def enroot_node(node, monkeypatch):
+    """The node with enroot (its GPU hook as its deb installs it, 0755) and nvidia-container-cli."""
+    (node / "bin/enroot").write_text("")
+    (node / "bin/nvidia-container-cli").write_text("")
+    binaries = dict(container_toolkit.RUNTIME_BINARIES, enroot=(str(node / "bin/enroot"),))
+    monkeypatch.setattr(container_toolkit, "RUNTIME_BINARIES", binaries)
+    monkeypatch.setattr(enroot_hook, "CLI_PATHS", (str(node / "bin/nvidia-container-cli"),))
+    hook = node / "etc/enroot/hooks.d/98-nvidia.sh"
+    hook.parent.mkdir(parents=True)
+    hook.write_text("#! /usr/bin/env bash\n")
+    hook.chmod(0o755)
+    return node
+
+
+def enroot_args(node, **extra):
+    return args(node, runtimes=["enroot"], enroot_sysconf=str(node / "etc/enroot"), **extra)
+
+
+def test_enroot_with_its_hook_and_cli_needs_nothing_and_is_never_restarted(enroot_node, harness):
+    result = harness.run(nvidia_container_runtime, enroot_args(enroot_node))
+    assert result["present"] == ["enroot"]
+    assert result["changed"] is False
+    assert result["restart"] == []
+    assert result["files"] == {}
+    assert result["enroot"]["hook_mode"] == "0755"
+    predicted = harness.run(
+        nvidia_container_runtime, enroot_args(enroot_node, nvidia_ctk=str(enroot_node / "no")), check_mode=True
+    )
+    assert predicted["restart"] == []  # a first install: enroot has no service to restart
+
+
+def test_a_disabled_enroot_hook_is_enabled_again_as_check_mode_predicts(enroot_node, harness):
+    hook = enroot_node / "etc/enroot/hooks.d/98-nvidia.sh"
+    hook.chmod(0o644)
+    predicted = harness.run(nvidia_container_runtime, enroot_args(enroot_node), check_mode=True, diff=True)
+    assert predicted["changed"] is True
+    assert hook.stat().st_mode & 0o777 == 0o644
+    assert predicted["diff"][0]["before"] == "0644\n"
+    assert predicted["diff"][0]["after"] == "0755\n"
+    assert harness.run(nvidia_container_runtime, enroot_args(enroot_node))["changed"] is True
+    assert hook.stat().st_mode & 0o777 == 0o755
+    assert harness.run(nvidia_container_runtime, enroot_args(enroot_node))["changed"] is False
+
+
+def test_enroot_without_its_hook_or_the_cli_fails_and_changes_nothing(enroot_node, harness):
+    (enroot_node / "bin/nvidia-container-cli").unlink()
+    both = args(enroot_node, runtimes=["docker", "enroot"], enroot_sysconf=str(enroot_node / "etc/enroot"))
+    failure = harness.fail(nvidia_container_runtime, both)
+    assert "nvidia-container-cli is not installed" in failure["msg"]
+    assert "nothing was changed" in failure["msg"]
+    assert not (enroot_node / "etc/docker/daemon.json").exists()
+    (enroot_node / "bin/nvidia-container-cli").write_text("")
+    (enroot_node / "etc/enroot/hooks.d/98-nvidia.sh").unlink()
+    assert "reinstall enroot" in harness.fail(nvidia_container_runtime, enroot_args(enroot_node))["msg"]
