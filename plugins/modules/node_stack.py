@@ -45,9 +45,15 @@ options:
         fixes a module built without, or against another, OFED). Path C(dmabuf) or C(none) loads nothing and removes
         that file where it holds what this collection writes. No usable path changes nothing; the part's result
         says why.
+      - After an OFED change (C(rebuild), on path C(peermem), on the node itself), where the C(nvidia-peermem) that
+        C(modprobe) loads for the running kernel was built without OFED's peer-memory symbols or against another
+        OFED (its symbol versions, C(modprobe --show-modversions), differ from those C(ib_core) exports,
+        C(modprobe --show-exports)), the driver's DKMS module is rebuilt and reinstalled for that kernel
+        (C(dkms build --force), C(dkms install --force)) before the load. Precompiled modules are not rebuilt;
+        the result's C(notes) name the package. The result's C(build) holds the verdict, C(rebuilt) the rebuild.
       - "Keys: C(setting) (V(auto), V(peermem), V(dmabuf), V(none); default V(auto)), C(flavor) (V(open) or
         V(proprietary): the flavour the stack installs, used where no NVIDIA module is loaded yet), C(load_now)
-        (bool, default V(true)), C(root)."
+        (bool, default V(true)), C(rebuild) (bool, default V(true)), C(root)."
     type: dict
 extends_documentation_fragment:
   - gpuops.cluster.attributes

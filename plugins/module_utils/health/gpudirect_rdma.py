@@ -60,9 +60,15 @@ _SYMBOL_LINE = re.compile(rb"\s" + PEER_MEMORY_SYMBOL.encode() + rb"(\s|$)", re.
 _NVRM = re.compile(r"^NVRM version:\s+NVIDIA UNIX\s+(?P<open>Open )?.*?Kernel Module.*?\s(?P<version>\d+(?:\.\d+)+)\s")
 _KERNEL = re.compile(r"^(\d+)\.(\d+)")
 
+# The rebuild: `dkms install --force` alone reinstalls the old build; `dkms build --force` builds again (dkms 3.x;
+# dkms-project/dkms maybe_build_module); stack/peermem_build.py says why and names the module DKMS has.
+DKMS_REBUILD = (
+    "dkms build --force nvidia/<driver version> -k $(uname -r) && "
+    "dkms install --force nvidia/<driver version> -k $(uname -r)"
+)
 PEERMEM_FIX = (
     "install MLNX_OFED or DOCA-OFED, then rebuild the driver's DKMS module so nvidia-peermem builds against OFED's "
-    "symbols (dkms install --force nvidia/<driver version> -k $(uname -r)), then modprobe nvidia-peermem"
+    "symbols (%s), then modprobe nvidia-peermem" % DKMS_REBUILD
 )
 
 
@@ -228,8 +234,8 @@ def decide(reading, setting=DEFAULT_SETTING):
         result.update(
             detail="nvidia-peermem wanted%s but not loaded (%s absent)" % (because, PEERMEM_MODULE),
             fix="modprobe nvidia-peermem; if it fails with 'Invalid argument', the module was built without or "
-            "against another OFED than the one running: rebuild the driver's DKMS module "
-            "(dkms install --force nvidia/<driver version> -k $(uname -r))",
+            "against another OFED than the one running: rebuild the driver's DKMS module (%s); the nvidia_stack "
+            "role rebuilds it where it finds the build stale" % DKMS_REBUILD,
         )
     return result
 

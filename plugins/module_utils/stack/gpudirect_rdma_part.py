@@ -17,9 +17,12 @@ shows (sysfs and /proc only). Where no NVIDIA module is loaded yet (a first inst
 - No usable path (auto finding neither, or the path asked for cannot serve): nothing changes; the result says why
   (``status`` fail, ``detail`` with the fix) and the health check fails the node with the same words.
 
-Rebuilding nvidia-peermem after an OFED change is not done here: the module is part of the driver's DKMS build
-(``nvidia-peermem.Kbuild`` reads OFED's ``Module.symvers`` at build time), so the fix is the driver's DKMS rebuild,
-which the load failure and the health check name.
+Rebuilt after an OFED change (``rebuild``, on the node itself only): on the peermem path, the nvidia-peermem that
+modprobe would load for the running kernel is compared with OFED's ib_core by symbol versions
+(:mod:`stack.peermem_build`, which says why this is the test). Built without the peer-memory symbols or against
+another OFED, the driver's DKMS module is rebuilt and reinstalled for that kernel (check mode predicts it), then
+loaded where it is not; a loaded one is replaced on disk and the new one loads at the next boot. Precompiled
+modules are not rebuilt: the result names the package. A failed load names the rebuild.
 """
 
 from __future__ import annotations
@@ -29,15 +32,18 @@ import os
 from ansible_collections.gpuops.cluster.plugins.module_utils import command_runner, managed_file
 from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import under
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import gpudirect_rdma
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack import peermem_build
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import owned_files, rdma_dropins
 
 DRIVER_MODULE = "/sys/module/nvidia"
+REBUILD_LIMIT = 1800  # a DKMS build of the driver's modules takes minutes
 
 MODULE_KWARGS = dict(
     argument_spec=dict(
         setting=dict(type="str", choices=list(gpudirect_rdma.SETTINGS), default=gpudirect_rdma.DEFAULT_SETTING),
         flavor=dict(type="str", choices=["open", "proprietary"]),
         load_now=dict(type="bool", default=True),
+        rebuild=dict(type="bool", default=True),
         root=dict(type="path", default="/"),
     ),
     supports_check_mode=True,
@@ -67,6 +73,78 @@ def _remove_ours(module, path, diff):
     return managed_file.remove(module, path, diff)
 
 
+def _on_node(root):
+    """Whether the part acts on the node's own kernel modules (modinfo and dkms see the node, not an image tree)."""
+    return root == "/"
+
+
+def _module_file(module, kernel, name):
+    """The file modprobe loads for ``name`` on ``kernel`` (``modinfo -k -n``); None where there is none."""
+    modinfo = module.get_bin_path("modinfo", required=True)
+    rc, out, _err = command_runner.run_bounded(module, [modinfo, "-k", kernel, "-n", name], "find %s" % name)
+    return command_runner.first_line(out) if rc == 0 and out.strip() else None
+
+
+def _crcs(module, option, path):
+    """``{symbol: crc}`` of ``modprobe <option> <path>``; None where the module carries no symbol versions."""
+    modprobe = module.get_bin_path("modprobe", required=True)
+    rc, out, err = command_runner.run_bounded(module, [modprobe, option, path], "read the symbol versions of " + path)
+    if rc != 0:
+        if "could not get modversions" in err:
+            return None
+        module.fail_json(
+            msg="could not read the symbol versions of %s: modprobe %s exited %d: %s"
+            % (path, option, rc, command_runner.first_line(err, out)),
+            rc=rc,
+            stderr=err,
+        )
+    try:
+        return peermem_build.parse_crcs(out)
+    except ValueError as error:
+        module.fail_json(msg="could not read the symbol versions of %s: %s" % (path, error))
+
+
+def build_state(module, kernel):
+    """``{state, detail}`` (:func:`peermem_build.verdict`) of the nvidia-peermem modprobe loads on ``kernel``."""
+    peermem = _module_file(module, kernel, peermem_build.PEERMEM)
+    if peermem is None:
+        return {"state": "unknown", "detail": "modinfo finds no %s for kernel %s" % (peermem_build.PEERMEM, kernel)}
+    ib_core = _module_file(module, kernel, peermem_build.IB_CORE)
+    if ib_core is None:
+        return {"state": "no_ofed", "detail": "modinfo finds no %s for kernel %s" % (peermem_build.IB_CORE, kernel)}
+    exports = _crcs(module, "--show-exports", ib_core) or {}
+    return peermem_build.verdict(_crcs(module, "--show-modversions", peermem), exports, peermem, ib_core)
+
+
+def _rebuild(module, kernel, build, result):
+    """Rebuild the driver's DKMS module for ``kernel`` where ``build`` is stale; True when it was (or would be)."""
+    dkms = module.get_bin_path("dkms")
+    owner = None
+    if dkms:
+        out, _err = command_runner.run_checked(module, [dkms, "status"], "list the DKMS modules (dkms status)")
+        try:
+            owner = peermem_build.dkms_owner(out, kernel)
+        except ValueError as error:
+            module.fail_json(msg="could not rebuild nvidia-peermem: %s" % error)
+    if owner is None:
+        result["notes"].append(
+            "%s; the NVIDIA modules of kernel %s are not DKMS-built, so nothing is rebuilt: install the module "
+            "package built for this OFED, or use DMA-BUF" % (build["detail"], kernel)
+        )
+        return False
+    result["notes"].append("%s: rebuilding %s/%s for kernel %s" % (build["detail"], owner[0], owner[1], kernel))
+    if not module.check_mode:
+        for argv in peermem_build.rebuild_argv(dkms, owner, kernel):
+            command_runner.run_checked(
+                module,
+                argv,
+                "rebuild nvidia-peermem against the installed OFED (%s)" % " ".join(argv[1:3]),
+                hint=peermem_build.rebuild_fix(owner, kernel),
+                seconds=REBUILD_LIMIT,
+            )
+    return True
+
+
 def _load(module, root, result):
     if not os.path.isdir(under(root, DRIVER_MODULE)):
         result["notes"].append("nvidia-peermem loads at the next boot (the NVIDIA driver is not loaded now)")
@@ -77,6 +155,8 @@ def _load(module, root, result):
             "than the one running: %s; or set %s: dmabuf where the node runs the open kernel modules on Linux 5.12 or "
             "later" % (gpudirect_rdma.PEERMEM_FIX, gpudirect_rdma.SETTING)
         )
+        if result.get("build") and result["build"]["state"] != "current":
+            hint = "Its build: %s. %s" % (result["build"]["detail"], hint)
         modprobe = module.get_bin_path("modprobe", required=True)
         command_runner.run_checked(module, [modprobe, "nvidia-peermem"], "load nvidia-peermem", hint=hint)
     return True
@@ -87,7 +167,8 @@ def run(module) -> dict:
     ``notes``."""
     params = module.params
     root = params["root"]
-    planned = plan(gpudirect_rdma.read(root), params["setting"], params["flavor"])
+    reading = gpudirect_rdma.read(root)
+    planned = plan(reading, params["setting"], params["flavor"])
     decision = planned["decision"]
     path = under(root, rdma_dropins.PEERMEM_PATH)
     diff = [] if module._diff else None
@@ -99,12 +180,22 @@ def run(module) -> dict:
         detail=decision["detail"] + ("; fix: " + decision["fix"] if decision["fix"] else ""),
         file=path,
         loaded=False,
+        rebuilt=False,
+        build=None,
         notes=[],
     )
     if planned["file"] == "present":
         result["changed"] = owned_files.sync_file(module, path, rdma_dropins.render_peermem(), 0o644, diff)
     elif planned["file"] == "absent":
         result["changed"] = _remove_ours(module, path, diff)
+    # rebuilt after an OFED change: on the node itself (an image tree under root has no modules of its own to run)
+    if planned["file"] == "present" and params["rebuild"] and _on_node(root) and reading.get("kernel"):
+        build = build_state(module, reading["kernel"])
+        result["build"] = build
+        if build["state"] == "stale" and _rebuild(module, reading["kernel"], build, result):
+            result["changed"] = result["rebuilt"] = True
+            if reading.get("peermem_loaded"):
+                result["notes"].append("the rebuilt nvidia-peermem loads at the next boot (the loaded one stays)")
     if planned["load"] and params["load_now"]:
         result["loaded"] = _load(module, root, result)
         result["changed"] = result["changed"] or result["loaded"]
