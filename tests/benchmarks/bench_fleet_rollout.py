@@ -48,7 +48,8 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
     window_input,
     window_preview,
 )
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window, order
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_order import order
 
 SEED = 20240611
 NODES = 1250

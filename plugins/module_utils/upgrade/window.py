@@ -3,7 +3,8 @@
 """The sliding window of a rolling upgrade: which node may leave service now.
 
 Waves make every node of a wave wait for the slowest one. The window admits a
-node as soon as another one is back, within these rules:
+node as soon as another one is back, within these rules (who is out of service is counted against
+them by :class:`window_capacity.Capacity`):
 
 * A node (:class:`window_input.Node`) is idle, busy until its job's end, drained by others, down or
   reserved (left alone); done nodes are skipped, resume and maintenance ones taken first.
@@ -31,7 +32,7 @@ node as soon as another one is back, within these rules:
   whose jobs outlast the wait after all (a time limit raised, a job that
   started after the fleet was read) is returned to service and finished as
   deferred (``Window.finish(name, ok=True, deferred=True)``).
-* Order (:func:`order`): canaries first, then idle nodes, then busy nodes by
+* Order (:func:`window_order.order`): canaries first, then idle nodes, then busy nodes by
   soonest job end (ends within the same ``granularity`` seconds count as equal),
   busy nodes with an unknown end last; nodes of equal priority are interleaved
   round-robin over the ``spread_by`` domain (racks), ties by name. A busy node
@@ -75,9 +76,9 @@ from __future__ import annotations
 
 import heapq
 
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_capacity import Capacity
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_input import (
     ADMISSIBLE_STATES,
-    FLOOR_EPSILON,
     OUT_OF_SERVICE_STATES,
     STATES,
     Node,
@@ -88,40 +89,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_inpu
     nodes_of,
     ready,
 )
-
-
-def _priority(node: Node, now, granularity) -> tuple:
-    if node.state == "idle" or (node.job_end is not None and node.job_end <= now):
-        return (0, 0, 0.0)
-    if node.job_end is None:
-        return (2, 0, 0.0)
-    return (1, int((node.job_end - now) // granularity), float(node.job_end))
-
-
-def order(nodes, now, spread_by: str = "rack", granularity=600) -> list[str]:
-    """The admission order of the nodes that can be admitted (names).
-
-    Nodes to resume first, then canaries, then idle nodes, then busy nodes by soonest job end (within
-    ``granularity`` seconds counts as equal), unknown ends last; within equal
-    priority, round-robin over the ``spread_by`` domain, ties by name. Done,
-    drained-by-others and down nodes are left out.
-    """
-    candidates = [node for node in nodes_of(nodes) if not node.done and node.state in ADMISSIBLE_STATES]
-    keyed = []
-    for node in candidates:
-        priority = _priority(node, now, granularity)
-        keyed.append(((not node.resume, not node.canary, priority[0], priority[1]), priority[2], node))
-    keyed.sort(key=lambda item: (item[0], item[1], item[2].name))
-    # Rank of each node inside its (priority class, domain member): the round-robin turn.
-    turns: dict = {}
-    ranked = []
-    for group, end, node in keyed:
-        member = node.domains.get(spread_by, "")
-        turn = turns.get((group, member), 0)
-        turns[(group, member)] = turn + 1
-        ranked.append((group, turn, member, end, node.name))
-    ranked.sort()
-    return [item[4] for item in ranked]
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_order import order
 
 
 class Window:
@@ -140,23 +108,15 @@ class Window:
         self.nodes = {node.name: node for node in nodes_of(nodes)}
         self.settings = Settings(settings, len(self.nodes))
         self.now = now
-        self._limit = self.settings.max_unavailable
         self._wait = self.settings.max_job_wait
         given = self.settings.deadline
         self.deadline = auto_deadline(self.nodes.values(), now) if given is None else given
         self._per_domain = self.settings.per_domain
-        self._floor = self.settings.partition_floor
         self._ahead_limit = self.settings.drain_ahead
         self._ahead: dict = {}  # name -> when drained ahead of its slot (waiting, counted on its partitions)
         self._undrain: list = []  # drained-ahead nodes to give back to their scheduler now
         self._ahead_scan = True  # whether drain_ahead() may find a node it did not find before
-        self._partition_gpus: dict = {}
-        for node in self.nodes.values():
-            for partition in node.partitions:
-                self._partition_gpus[partition] = self._partition_gpus.get(partition, 0) + node.gpus
-        self._out = set()
-        self._domain_out: dict = {}
-        self._partition_out: dict = {}
+        self._capacity = Capacity(self.nodes.values(), self.settings)  # who is out of service, against the rules
         self.unavailable = sorted(name for name, node in self.nodes.items() if node.state in OUT_OF_SERVICE_STATES)
         for name in self.unavailable:
             self._take(self.nodes[name])
@@ -168,7 +128,7 @@ class Window:
             self._take(self.nodes[name])
         for name in sorted(name for name, node in self.nodes.items() if node.drained_ahead):
             self._ahead[name] = now
-            self._take_floor(self.nodes[name])
+            self._capacity.take_floor(self.nodes[name])
         self.skipped = sorted(
             name for name, node in self.nodes.items() if node.done and node.state in ADMISSIBLE_STATES
         )
@@ -205,103 +165,36 @@ class Window:
             self.canaries.append(canary)
             self._canaries_left.add(canary)
 
-    # Bookkeeping of who is out of service.
+    # Bookkeeping of who is out of service: the counts are the Capacity's (window_capacity.py).
 
     def _take(self, node: Node):
-        self._out.add(node.name)
-        for kind, member in node.domains.items():
-            if kind in self._per_domain:
-                self._domain_out[(kind, member)] = self._domain_out.get((kind, member), 0) + 1
-        if self._ahead.pop(node.name, None) is None:  # a node drained ahead counts on its partitions already
-            self._take_floor(node)
-
-    def _take_floor(self, node: Node):
-        for partition in node.partitions:
-            self._partition_out[partition] = self._partition_out.get(partition, 0) + node.gpus
-
-    def _give_floor(self, node: Node):
-        for partition in node.partitions:
-            self._partition_out[partition] -= node.gpus
+        # a node drained ahead counts on its partitions already
+        self._capacity.take(node, partitions=self._ahead.pop(node.name, None) is None)
 
     def _undo_ahead(self, name: str) -> bool:
         """A node drained ahead is not any more (back in service, or never drained): True when it was."""
         if self._ahead.pop(name, None) is None:
             return False
-        self._give_floor(self.nodes[name])
+        self._capacity.give_floor(self.nodes[name])
         self._ahead_scan = True
         self._wake(self.nodes[name])
         return True
 
     def _give_back(self, node: Node):
-        self._out.discard(node.name)
-        for kind, member in node.domains.items():
-            if kind in self._per_domain:
-                self._domain_out[(kind, member)] -= 1
-        for partition in node.partitions:
-            self._partition_out[partition] -= node.gpus
+        self._capacity.give_back(node)
 
     def _misfit(self, node: Node, counts=None):
-        """What keeps ``node`` from leaving service now, as a key (None when it can leave).
-
-        ``("max_unavailable",)``, ``("domain", kind, member)`` or ``("partition", name)``.
-        ``counts``: ``(out, domain_out, partition_out)`` to judge against, the window's own by default.
-        """
-        out, domain_out, partition_out = counts or (len(self._out), self._domain_out, self._partition_out)
-        if out + 1 > self._limit:
-            return ("max_unavailable",)
-        per_domain = self._per_domain
-        for kind, member in node.domains.items():
-            limit = per_domain.get(kind)
-            if limit is not None and domain_out.get((kind, member), 0) + 1 > limit:
-                return ("domain", kind, member)
-        if self._floor is not None:
-            # a node drained ahead counts on its partitions already (in the window's own counts)
-            gpus = 0 if counts is None and node.name in self._ahead else node.gpus
-            for partition in node.partitions:
-                total = self._partition_gpus[partition]
-                if total - partition_out.get(partition, 0) - gpus < self._floor * total - FLOOR_EPSILON:
-                    return ("partition", partition)
-        return None
-
-    def _explain(self, node: Node, key, counts=None) -> str:
-        """The operator's words for a key of :meth:`_misfit`."""
-        out, domain_out, partition_out = counts or (len(self._out), self._domain_out, self._partition_out)
-        if key[0] == "max_unavailable":
-            return "max_unavailable %d: %d node(s) already out of service" % (self._limit, out)
-        if key[0] == "domain":
-            kind, member = key[1], key[2]
-            return "per_domain %s %d: %d node(s) of %s %s already out of service" % (
-                kind,
-                self._per_domain[kind],
-                domain_out.get((kind, member), 0),
-                kind,
-                member,
-            )
-        partition = key[1]
-        total = self._partition_gpus[partition]
-        return "partition_floor %g: partition %s would keep %d of its %d GPUs schedulable" % (
-            self._floor,
-            partition,
-            total - partition_out.get(partition, 0) - node.gpus,
-            total,
-        )
+        """What keeps ``node`` from leaving service now (:meth:`window_capacity.Capacity.misfit`), None when it can
+        leave; a node drained ahead counts on its partitions already in the window's own counts."""
+        return self._capacity.misfit(node, counts, node.name in self._ahead)
 
     def _counts_without_in_flight(self):
         """The counts as if every node in flight were back and none drained ahead: only down, drained by others and
         failed nodes out."""
-        domain_out = dict(self._domain_out)
-        partition_out = dict(self._partition_out)
-        for name in self._in_flight:
-            node = self.nodes[name]
-            for kind, member in node.domains.items():
-                if kind in self._per_domain:
-                    domain_out[(kind, member)] -= 1
-            for partition in node.partitions:
-                partition_out[partition] -= node.gpus
-        for name in self._ahead:
-            for partition in self.nodes[name].partitions:
-                partition_out[partition] -= self.nodes[name].gpus
-        return len(self._out) - len(self._in_flight), domain_out, partition_out
+        nodes = self.nodes
+        return self._capacity.counts_without(
+            [nodes[name] for name in self._in_flight], [nodes[name] for name in self._ahead]
+        )
 
     # What the caller sees.
 
@@ -348,7 +241,7 @@ class Window:
             for canary in (name for name in self.canaries if name in self._waiting):
                 key = self._misfit(self.nodes[canary], counts)
                 if key is not None:
-                    reasons[canary] = self._explain(self.nodes[canary], key, counts)
+                    reasons[canary] = self._capacity.explain(self.nodes[canary], key, counts)
                     for name in remaining:
                         if name != canary and name not in passed and not self.nodes[name].resume:
                             reasons[name] = "waits for the canary %s, which is blocked" % canary
@@ -359,7 +252,7 @@ class Window:
                 continue  # out of service already: admitted whatever the rules
             key = self._misfit(self.nodes[name], counts)
             if key is not None:
-                reasons[name] = self._explain(self.nodes[name], key, counts)
+                reasons[name] = self._capacity.explain(self.nodes[name], key, counts)
         return reasons
 
     @property
@@ -442,7 +335,7 @@ class Window:
                 self._give_back(node)
                 self._wake(node)
                 changes["back"].append(name)
-            elif state in OUT_OF_SERVICE_STATES and name not in self._out:
+            elif state in OUT_OF_SERVICE_STATES and name not in self._capacity.out:
                 self._leave(node, state, reasons.get(name))
                 changes["left"][name] = state
         return changes
@@ -489,7 +382,7 @@ class Window:
     def _start(self, name: str, now):
         self._ahead_scan = True
         self._waiting.discard(name)
-        if name not in self._out:  # a node to resume is counted out of service from the start
+        if name not in self._capacity.out:  # a node to resume is counted out of service from the start
             self._take(self.nodes[name])
         self._in_flight[name] = now
 
@@ -531,7 +424,7 @@ class Window:
         if self.settings.barrier and self._in_flight:
             return started
         heap = self._heap
-        while heap and len(self._out) < self._limit:
+        while heap and not self._capacity.full:
             rank, name = heapq.heappop(heap)
             if name not in self._waiting:
                 continue
@@ -569,7 +462,7 @@ class Window:
             node = self.nodes[name]
             if not ready(node, now, self._wait):
                 continue
-            if may_admit and len(self._out) < self._limit and self._misfit(node) is None:
+            if may_admit and not self._capacity.full and self._misfit(node) is None:
                 self._start(name, now)
                 started.append(name)
             elif node.state == "idle":
@@ -592,7 +485,7 @@ class Window:
             or self.halted
             or self._canaries_left
             or self.settings.barrier
-            or len(self._out) >= self._limit
+            or self._capacity.full
         ):
             return []
         self._ahead_scan = False
@@ -604,14 +497,10 @@ class Window:
             node = self.nodes[name]
             if node.state != "busy" or name in self._ahead or node.resume or node.canary:
                 continue
-            if self._floor is not None and any(
-                self._partition_gpus[partition] - self._partition_out.get(partition, 0) - node.gpus
-                < self._floor * self._partition_gpus[partition] - FLOOR_EPSILON
-                for partition in node.partitions
-            ):
+            if not self._capacity.keeps_floor(node):
                 continue
             self._ahead[name] = now
-            self._take_floor(node)
+            self._capacity.take_floor(node)
             chosen.append(name)
             if len(self._ahead) >= self._ahead_limit:
                 break
@@ -706,7 +595,7 @@ class Window:
 
     def release(self, name: str):
         """A failed node is back in service (repaired, not upgraded): it stops counting as out."""
-        if name not in self.failed or name not in self._out:
+        if name not in self.failed or name not in self._capacity.out:
             raise ValueError("release: %s is not a failed node still out of service" % name)
         self._ahead_scan = True
         self._give_back(self.nodes[name])

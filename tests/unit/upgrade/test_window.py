@@ -6,8 +6,9 @@ import heapq
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import window_input, window_preview
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window, order
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_audit import check
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_order import order
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_preview import plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
