@@ -42,7 +42,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -69,6 +68,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.health.node_reader 
     NCCL_TIMEOUT,
     NodeReader,
 )
+from ansible_collections.gpuops.cluster.plugins.module_utils.local_host import LocalHost
 
 PROG = "gpuops-gpu-health"
 CONFIG_PATH = "/etc/gpuops/gpu-health.json"
@@ -114,7 +114,6 @@ CONFIG_DEFAULTS = {
     "root": ("/", str),
 }
 EXTRA_CHECKS = node_history.CHECKS
-SEARCH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 _STATE = re.compile(r"\bState=(\S+)")
 # slurmd kills HealthCheckProgram after 60 s (issue 25); the whole run at level quick stays well inside it.
@@ -194,51 +193,6 @@ def _checked(source, key, value):
     if (kind is int and isinstance(value, bool)) or not isinstance(value, kind):
         raise ConfigError("%s: %s must be a %s, not %r" % (source, key, kind.__name__, value))
     return value
-
-
-class LocalHost:
-    """What :class:`NodeReader` needs of an ``AnsibleModule``, on the node without Ansible.
-
-    Commands run as argv lists in the C locale, stdin closed, each bounded twice: by coreutils ``timeout``
-    (the reader wraps them) and by ``subprocess`` a few seconds after that limit.
-    """
-
-    def __init__(self, params, runner=subprocess.run, environ=None):
-        self.params = params
-        self.runner = runner
-        self.environ = dict(os.environ if environ is None else environ, LC_ALL="C", LANG="C")
-        self.path = self.environ.get("PATH", "")
-
-    def get_bin_path(self, name, required=False, opt_dirs=None):
-        dirs = [d for d in self.path.split(os.pathsep) if d] + list(opt_dirs or []) + list(SEARCH_DIRS)
-        found = shutil.which(name, path=os.pathsep.join(dirs))
-        if found is None and required:
-            self.fail_json(msg="%s not found in %s" % (name, os.pathsep.join(dirs)))
-        return found
-
-    def run_command(self, argv):
-        limit = self.params.get("command_timeout") or 30
-        if os.path.basename(argv[0]) == "timeout" and len(argv) > 3 and argv[3].isdigit():
-            limit = int(argv[3])
-        try:
-            done = self.runner(
-                argv, stdin=subprocess.DEVNULL, capture_output=True, env=self.environ, timeout=limit + KILL_AFTER + 5,
-                check=False,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired:
-            return 124, "", "did not finish in %d s (killed)" % limit
-        except OSError as error:
-            return 127, "", str(error)
-        return done.returncode, _text(done.stdout), _text(done.stderr)
-
-    def fail_json(self, msg, **kwargs):
-        raise ConfigError(msg)
-
-
-def _text(value):
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return value or ""
 
 
 # --- Slurm ----------------------------------------------------------------------------------------
@@ -500,7 +454,7 @@ def fallback_config(path, overrides):
 
 def drain_failed_check(config, environ, runner, cause):
     """Drain the node because the check itself failed (``<prefix>: check failed: <cause>``), within a bound."""
-    host = LocalHost(reader_params(config), runner=runner, environ=environ)
+    host = LocalHost(reader_params(config), runner=runner, environ=environ, error=ConfigError)
     reader = NodeReader(host, root=config["root"], deadline=time.monotonic() + drain_reserve(config) + KILL_AFTER)
     return drain(reader, host, config, "%s: %s" % (CHECK_FAILED, cause[:MAX_CAUSE]))
 
@@ -539,7 +493,7 @@ def main(argv=None, environ=None, runner=subprocess.run, out=None, err=None):
     if args.since is not None:
         config["kernel_log_window"] = "boot" if args.since == "boot" else "since_last_run"
     try:
-        host = LocalHost(reader_params(config), runner=runner, environ=environ)
+        host = LocalHost(reader_params(config), runner=runner, environ=environ, error=ConfigError)
         store = None if args.no_state else health_state.HealthState(config["state_dir"])
         payload = run_once(config, host, now, store, drain_wanted=config["slurm_drain"], started=started)
     except Exception as error:  # pylint: disable=broad-exception-caught  # fails closed: drains, one line
