@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from tests.integration.playbook_run import run_playbook
+from tests.integration.test_health_check_playbook import MIG_LAYOUTS
+from tests.integration.test_health_check_playbook import _inventory as health_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -98,3 +101,58 @@ def test_plan_only_prints_the_window_and_moves_nothing(tmp_path, monkeypatch, pl
     assert run.results_for(play="Report the rolling upgrade", task="Write the audit report on the controller") == []
     assert list(report_dir.iterdir()) == []
     assert [r.host for r in run.changed] == []
+
+
+SURVEY_HEALTH = "Check the node's GPU health (quick) before anything is done"
+DECISION = "Decide whether the node is upgraded, skipped or left out"
+
+
+def test_the_gate_judges_the_declared_mig_layout(tmp_path, monkeypatch):
+    """Issue 29 item 3: every gpu_health call of the rolling upgrade (the survey's pre-check, the gate, the rollback's
+    gate: one module_defaults set, rolling_upgrade_health_options) gets the host's declared layout as
+    health_check.yml passes it. Two H200s with the same MIG layout (the real capture): the one declaring another
+    layout fails the pre-check's mig_layout, naming the GPU and the difference; a host without gpuops_mig gets none."""
+    report_dir = tmp_path / "cwd"
+    report_dir.mkdir()
+    monkeypatch.setenv("PWD", str(report_dir))
+    nodes = {name: ("h200-1x-mig-3211.xml", "h200-1x-vm-status-empty.txt") for name in ("mig-kept", "mig-changed")}
+    nodes["no-mig"] = ("h100-sxm-8x-healthy.xml", "h100-8x-status-healthy.txt")
+    inventory = health_inventory(tmp_path, nodes)
+    document = yaml.safe_load(inventory.read_text())
+    group = document["gpu_nodes"]
+    group["vars"].update(
+        gpuops_os="Ubuntu", gpuops_os_version="22.04", gpuops_stack={"driver": "580", "cuda": "13.0", "dcgm": "4"}
+    )
+    for name in ("mig-kept", "mig-changed"):
+        group["hosts"][name].update(gpuops_gpu="NVIDIA H200", gpuops_mig=MIG_LAYOUTS)
+    group["hosts"]["mig-kept"]["gpuops_mig_config"] = "as-built"
+    group["hosts"]["mig-changed"]["gpuops_mig_config"] = "all-1g.18gb"
+    group["hosts"]["no-mig"]["gpuops_gpu"] = "NVIDIA H100 80GB HBM3"
+    inventory.write_text(yaml.safe_dump(document))
+    run = run_playbook("rolling_upgrade.yml", inventory, tmp_path / "runner")
+    # this machine's package index holds no NVIDIA stack: the nodes the survey would upgrade stop the run there,
+    # before anything moves; the one whose layout differs is left out as unhealthy and not asked
+    stopped = {r.host: r.result["msg"] for r in run.failures}
+    assert sorted(stopped) == ["mig-changed", "mig-kept", "no-mig"], run.stdout[-3000:]
+    assert all(msg.startswith("The NVIDIA package index does not hold the target stack") for msg in stopped.values())
+    assert "mig-kept: " in stopped["mig-kept"]
+    assert "mig-changed: " not in stopped["mig-kept"]
+    assert run.results_for(play="Upgrade in a sliding window") == []
+    health = {r.host: r.result for r in run.results_for(task=SURVEY_HEALTH)}
+    assert sorted(health) == ["mig-changed", "mig-kept", "no-mig"]
+    layout = {host: [c for c in result["checks"] if c["name"] == "mig_layout"] for host, result in health.items()}
+    assert [(c["status"], c["gpu_index"]) for c in layout["mig-kept"]] == [("pass", 0)]
+    assert [c["detail"] for c in layout["mig-changed"]] == [
+        "GPU 0: declared 7x 1g.18gb, found 2x 1g.18gb + 1x 2g.35gb + 1x 3g.71gb"
+    ]
+    assert {c["status"] for c in layout["no-mig"]} == {"skip"}
+    # mig_profile_set reached the module too: the instances are named by profile
+    assert [gi["profile"] for gi in health["mig-kept"]["facts"]["gpus"][0]["mig"]["gpu_instances"]] == [
+        "3g.71gb",
+        "2g.35gb",
+        "1g.18gb",
+        "1g.18gb",
+    ]
+    decisions = {r.host: r.result["ansible_facts"]["rolling_upgrade_decision"] for r in run.results_for(task=DECISION)}
+    assert decisions["mig-changed"]["decision"] == "exclude"
+    assert "mig_layout[gpu0]" in decisions["mig-changed"]["reason"]

@@ -30,3 +30,51 @@ def test_the_node_is_given_back_before_anything_records_its_upgrade_as_finished(
     assert give_back < finished < upgraded < released
     gate = names.index("Fail the node when its gate failed")
     assert gate < give_back  # never given back before its gate passed
+
+
+ROLE = MAIN.parents[1]
+
+
+def test_the_declared_mig_layout_is_applied_again_after_each_driver_change_and_before_its_gate():
+    """Issue 29 item 3: a driver change loses the MIG instances; the role applies the layout again (tasks/mig.yml)
+    after the install and after a rollback's reinstall, each before the gate that judges it, only where declared."""
+    block = upgrade_block()
+    names = [task.get("name") for task in block]
+    install = names.index("Install the target stack (the role reboots when the loaded module differs)")
+    reapply = names.index("Re-apply the declared MIG layout after the driver change")
+    assert install < reapply < names.index("Health gate")
+    assert block[reapply]["ansible.builtin.include_tasks"] == "mig.yml"
+    assert block[reapply]["when"] == "gpuops_mig is defined"
+    tasks = yaml.safe_load(MAIN.read_text(encoding="utf-8"))
+    rescue = next(task for task in tasks if task.get("name") == "Upgrade the node")["rescue"]
+    rollback = next(task for task in rescue if task.get("name") == "Roll back to the previous stack")["block"]
+    names = [task.get("name") for task in rollback]
+    reapply = names.index("Re-apply the declared MIG layout after the rollback's driver change")
+    assert names.index("Reinstall the previous stack") < reapply < names.index("Gate the previous stack")
+    assert rollback[reapply]["ansible.builtin.include_tasks"] == "mig.yml"
+    assert rollback[reapply]["when"] == "gpuops_mig is defined"
+
+
+def test_the_mig_layout_is_applied_with_the_options_the_gate_judges_by():
+    mig = yaml.safe_load((ROLE / "tasks" / "mig.yml").read_text(encoding="utf-8"))
+    applies = [task["gpuops.cluster.gpu_mig"] for task in mig if "gpuops.cluster.gpu_mig" in task]
+    assert len(applies) == 2  # and again after a reboot where a GPU's mode waited for one
+    for args in applies:
+        assert args == {
+            "config": "{{ gpuops_mig }}",
+            "config_name": "{{ rolling_upgrade_mig_declared.config }}",
+            "profile_set": "{{ rolling_upgrade_mig_profile_set }}",
+        }
+    variables = yaml.safe_load((ROLE / "vars" / "main.yml").read_text(encoding="utf-8"))
+    # derived as playbooks/health_check.yml derives mig_declared and mig_profile_set, and given to every gpu_health call
+    assert (
+        "gpuops.cluster.mig_declared(gpuops_mig_config | default(None), gpuops_gpu | default(None))"
+        in (variables["rolling_upgrade_mig_declared"])
+    )
+    assert "gpuops_gpu | gpuops.cluster.mig_profile_set" in variables["rolling_upgrade_mig_profile_set"]
+    assert variables["rolling_upgrade_mig_options"] == {
+        "mig_profile_set": "{{ rolling_upgrade_mig_profile_set }}",
+        "mig_declared": "{{ rolling_upgrade_mig_declared }}",
+    }
+    assert "combine(rolling_upgrade_mig_health)" in variables["rolling_upgrade_health_options"]
+    assert "if gpuops_mig is defined else {}" in variables["rolling_upgrade_mig_health"]
