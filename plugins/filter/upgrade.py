@@ -62,11 +62,11 @@ def upgrade_window_run(window, upgrade, delegate_to, names, run_id, journal):
         raise AnsibleFilterError("%supgrade_window_run: %s" % (PREFIX, exc)) from exc
 
 
-def upgrade_decision(stack_facts, health=None, fact=None):
+def upgrade_decision(stack_facts, health=None, fact=None, kernel=None):
     """Survey decision for one node: ``{decision: upgrade|skip|exclude, reason}``."""
     if not isinstance(stack_facts, dict):
         raise AnsibleFilterError("%supgrade_decision: input must be ansible_facts.gpu_stack (a dict)" % PREFIX)
-    return upgrade_record.decide(stack_facts, health or {}, fact)
+    return upgrade_record.decide(stack_facts, health or {}, fact, kernel)
 
 
 def upgrade_stack_fact(fact, target, step, run_id, now, result=None, fallback_previous=None):

@@ -156,3 +156,39 @@ def test_the_gate_judges_the_declared_mig_layout(tmp_path, monkeypatch):
     decisions = {r.host: r.result["ansible_facts"]["rolling_upgrade_decision"] for r in run.results_for(task=DECISION)}
     assert decisions["mig-changed"]["decision"] == "exclude"
     assert "mig_layout[gpu0]" in decisions["mig-changed"]["reason"]
+
+
+KERNEL_SURVEY = "Ask whether the node's kernel would move to gpuops_kernel"
+
+
+def test_the_survey_asks_where_gpuops_kernel_moves_the_kernel_and_leaves_out_a_node_it_cannot(tmp_path, monkeypatch):
+    """Issue 26 item 5: with gpuops_kernel the survey runs gpuops.cluster.kernel_package in check mode on every node
+    (its answer decides a kernel-only move into the window: tests/unit/upgrade/test_upgrade_record.py). A kernel this
+    machine's package index cannot give leaves the healthy node out, named in the plan, before anything moves."""
+    report_dir = tmp_path / "cwd"
+    report_dir.mkdir()
+    monkeypatch.setenv("PWD", str(report_dir))
+    inventory = health_inventory(tmp_path, {"healthy": ("h100-sxm-8x-healthy.xml", "h100-8x-status-healthy.txt")})
+    document = yaml.safe_load(inventory.read_text())
+    document["gpu_nodes"]["vars"].update(
+        gpuops_os="Ubuntu",
+        gpuops_os_version="22.04",
+        gpuops_stack={"driver": "580", "cuda": "13.0", "dcgm": "4"},
+        gpuops_gpu="NVIDIA H100 80GB HBM3",
+        gpuops_kernel="6.1.0-9999-amd64",
+    )
+    inventory.write_text(yaml.safe_dump(document))
+    run = run_playbook("rolling_upgrade.yml", inventory, tmp_path / "runner")
+    assert run.rc == 0, run.stdout[-3000:]
+    (asked,) = run.results_for(task=KERNEL_SURVEY)
+    assert asked.host == "healthy"
+    assert asked.result["failed_when_result"] is False
+    assert asked.changed is False  # check mode: nothing installed
+    (decided,) = run.results_for(task=DECISION)
+    decision = decided.result["ansible_facts"]["rolling_upgrade_decision"]
+    assert decision["decision"] == "exclude"
+    assert decision["reason"].startswith("gpuops_kernel cannot be moved to here: ")
+    plan = run.results_for(play="Plan the window", task="Print the plan before any node moves")[0].result["msg"]
+    assert "order: nothing to upgrade" in plan
+    assert any(line.startswith("healthy: gpuops_kernel cannot be moved to here") for line in plan)
+    assert run.results_for(play="Upgrade in a sliding window") == []

@@ -18,6 +18,8 @@ No I/O here: the playbook reads and writes the file, these functions compute its
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import kubernetes_node, window_audit
 
 SCHEMA = 1
@@ -129,15 +131,42 @@ def on_target(stack_facts: dict) -> bool:
     return not drift["installed_differs"] and not drift.get("loaded_differs") and not drift.get("reboot_required")
 
 
-def decide(stack_facts: dict, health: dict, fact=None) -> dict:
+def kernel_move(kernel) -> dict | None:
+    """What the survey's check-mode ``gpuops.cluster.kernel_package`` said about ``gpuops_kernel`` on the node.
+
+    None when it did not run (no ``gpuops_kernel``: skipped, or no result). Else ``{moves, kernel, running,
+    problem}``: ``moves`` when the node would install packages for the kernel or reboot into it; ``problem`` the
+    module's message when it failed (the kernel cannot be resolved there), a check that could not run.
+    """
+    if not isinstance(kernel, Mapping) or not kernel or kernel.get("skipped"):
+        return None
+    if kernel.get("failed") or "kernel" not in kernel:
+        return {
+            "moves": False,
+            "kernel": kernel.get("kernel"),
+            "running": kernel.get("running"),
+            "problem": str(kernel.get("msg") or "the kernel check returned no kernel"),
+        }
+    return {
+        "moves": bool(kernel.get("reboot")) or bool(kernel.get("installed")),
+        "kernel": kernel["kernel"],
+        "running": kernel.get("running"),
+        "problem": None,
+    }
+
+
+def decide(stack_facts: dict, health: dict, fact=None, kernel=None) -> dict:
     """Survey decision for one node before planning: ``{decision, reason}``.
 
     * ``upgrade`` with reason ``resume``: an upgrade of ours is pending there (an aborted
       run); finish it whatever the health says (the node is drained by us, and a
       half-upgraded node is expected to fail its health check).
-    * ``skip``: already on the target stack and healthy.
-    * ``exclude``: unhealthy before we touch it: reported, never upgraded silently.
-    * ``upgrade``: otherwise.
+    * ``exclude``: unhealthy before we touch it: reported, never upgraded silently; or
+      ``gpuops_kernel`` cannot be resolved there (``kernel``, the survey's check-mode
+      ``gpuops.cluster.kernel_package``): the window's move would fail on the drained node.
+    * ``skip``: already on the target stack and healthy, and its kernel would not move.
+    * ``upgrade``: otherwise; a node on the target stack whose kernel would move
+      (``gpuops_kernel``) is upgraded too, so the move happens inside the window.
     """
     fact = load_fact(fact)
     healthy = bool((health or {}).get("healthy"))
@@ -146,7 +175,16 @@ def decide(stack_facts: dict, health: dict, fact=None) -> dict:
     if not healthy:
         failed = ((health or {}).get("summary") or {}).get("failed") or [(health or {}).get("msg") or "no verdict"]
         return {"decision": "exclude", "reason": "unhealthy before the upgrade: %s" % "; ".join(map(str, failed))}
+    move = kernel_move(kernel)
+    if move is not None and move["problem"]:
+        return {"decision": "exclude", "reason": "gpuops_kernel cannot be moved to here: %s" % move["problem"]}
     if on_target(stack_facts):
+        if move is not None and move["moves"]:
+            return {
+                "decision": "upgrade",
+                "reason": "kernel moves from %s to %s (gpuops_kernel); the stack is on the target"
+                % (move["running"], move["kernel"]),
+            }
         return {"decision": "skip", "reason": "already on the target stack and healthy"}
     return {"decision": "upgrade", "reason": "stack differs from the target"}
 

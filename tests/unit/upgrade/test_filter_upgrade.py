@@ -81,6 +81,8 @@ def test_upgrade_window_errors_name_the_filter():
 def test_upgrade_decision_and_its_input_check():
     stack = {"drift": {"installed_differs": [], "loaded_differs": False, "reboot_required": False}}
     assert upgrade.upgrade_decision(stack, {"healthy": True})["decision"] == "skip"
+    moves = {"kernel": "6.1.0-28-amd64", "running": "6.1.0-18-amd64", "reboot": True, "installed": []}
+    assert upgrade.upgrade_decision(stack, {"healthy": True}, kernel=moves)["decision"] == "upgrade"
     with pytest.raises(AnsibleFilterError, match="upgrade_decision"):
         upgrade.upgrade_decision("nope")
 

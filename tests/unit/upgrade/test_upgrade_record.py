@@ -158,6 +158,53 @@ def test_exclude_names_the_failed_checks():
     assert "no verdict" in upgrade_record.decide(drift(), {})["reason"]
 
 
+# check-mode results of gpuops.cluster.kernel_package, as the module returns them (plugins/modules/kernel_package.py)
+KERNEL_MOVES = {
+    "changed": True,
+    "kernel": "6.1.0-28-amd64",
+    "running": "6.1.0-18-amd64",
+    "reboot": True,
+    "installed": ["linux-image-6.1.0-28-amd64", "linux-headers-6.1.0-28-amd64"],
+    "verified": "",
+}
+KERNEL_INSTALLED_NOT_BOOTED = dict(KERNEL_MOVES, changed=False, installed=[])
+KERNEL_STAYS = dict(KERNEL_MOVES, changed=False, running="6.1.0-28-amd64", reboot=False, installed=[])
+KERNEL_HEADERS_MISSING = dict(KERNEL_STAYS, changed=True, installed=["linux-headers-6.1.0-28-amd64"])
+KERNEL_UNRESOLVED = {"failed": True, "msg": "kernel 6.9.9: the index holds no such kernel", "running": "6.1.0-18-amd64"}
+KERNEL_SKIPPED = {"changed": False, "skipped": True, "skip_reason": "Conditional result was False"}
+
+
+@pytest.mark.parametrize(
+    ("stack", "kernel", "decision"),
+    [
+        # issue 26 item 5: a kernel-only move takes the node into the window
+        (drift(), KERNEL_MOVES, "upgrade"),
+        (drift(), KERNEL_INSTALLED_NOT_BOOTED, "upgrade"),
+        (drift(), KERNEL_HEADERS_MISSING, "upgrade"),
+        (drift(), KERNEL_STAYS, "skip"),
+        (drift(), KERNEL_SKIPPED, "skip"),
+        (drift(), None, "skip"),
+        (drift([{"name": "nvidia-driver"}]), KERNEL_STAYS, "upgrade"),
+        # fail closed: a kernel the node cannot move to leaves it out before anything moves
+        (drift(), KERNEL_UNRESOLVED, "exclude"),
+        (drift([{"name": "nvidia-driver"}]), KERNEL_UNRESOLVED, "exclude"),
+    ],
+)
+def test_decide_with_gpuops_kernel(stack, kernel, decision):
+    assert upgrade_record.decide(stack, HEALTHY, None, kernel)["decision"] == decision
+
+
+def test_the_kernel_decisions_say_why():
+    moves = upgrade_record.decide(drift(), HEALTHY, None, KERNEL_MOVES)["reason"]
+    assert moves == "kernel moves from 6.1.0-18-amd64 to 6.1.0-28-amd64 (gpuops_kernel); the stack is on the target"
+    unresolved = upgrade_record.decide(drift(), HEALTHY, None, KERNEL_UNRESOLVED)["reason"]
+    assert unresolved == "gpuops_kernel cannot be moved to here: kernel 6.9.9: the index holds no such kernel"
+    # an unhealthy node is left out for its health, a resumed one resumed, whatever the kernel says
+    assert upgrade_record.decide(drift(), SICK, None, KERNEL_UNRESOLVED)["reason"].startswith("unhealthy")
+    pending = {"schema": 1, "pending": {"run_id": "r1"}}
+    assert upgrade_record.decide(drift(), SICK, pending, KERNEL_UNRESOLVED)["decision"] == "upgrade"
+
+
 PLAN = {"order": ["a", "b", "c"], "canary": ["a"], "first_window": ["a"], "after_canary": ["b", "c"]}
 
 
