@@ -155,3 +155,24 @@ def test_a_superseded_package_is_removed_not_moved():
 def test_driver_companions_refuses_a_package_list_for_the_installed_mapping():
     with pytest.raises(AnsibleFilterError, match=r"gpuops\.cluster\.driver_companions: installed must be"):
         FilterModule().filters()["driver_companions"](["nvidia-driver"], DOWNGRADE, DEBIAN_PINS, "550.127.08")
+
+
+# ---------------------------------------------------------------- stack_companions
+
+
+def test_stack_companions_reads_the_move_from_the_stack_read_on_apt_only():
+    installed = {
+        "cuda-drivers-550": [{"version": "550.127.08-1"}],
+        "nvidia-driver": [{"version": "550.127.08-1"}],
+        "nvidia-driver-cuda": [{"version": "550.127.08-1"}],
+    }
+    read = {
+        "index": {"packages": DOWNGRADE, "pins": DEBIAN_PINS},
+        "drift": {"installed_driver_version": "550.127.08"},
+    }
+    companions = FilterModule().filters()["stack_companions"]
+    assert companions(installed, read, "apt") == ["nvidia-driver-cuda=550.127.05-1"]
+    assert companions(installed, read, "dnf") == []
+    assert companions(installed, dict(read, drift={}), "apt") == []  # no driver ran before
+    with pytest.raises(AnsibleFilterError, match=r"stack_companions: the read must be gpu_stack_facts'"):
+        companions(installed, {"packages": DOWNGRADE}, "apt")
