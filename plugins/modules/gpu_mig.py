@@ -83,8 +83,10 @@ attributes:
     support: full
     details: The diff is each GPU's layout (MIG mode and MIG devices) before and after.
 notes:
-  - Not yet built in this collection, so not done by this module - a boot unit that re-applies the layout after the
-    driver loads, the re-apply in the rolling upgrade, Slurm's MIG C(gres.conf) lines, and MPS.
+  - The role gpuops.cluster.mig_layout (playbooks/mig_layout.yml) calls this module and keeps the layout at every
+    boot with a oneshot unit that runs the same code on the node (C(gpuops-mig-apply)); this module itself writes
+    no unit and regenerates no CDI specification.
+  - Not yet built in this collection, so not done by this module - Slurm's MIG C(gres.conf) lines, and MPS.
 seealso:
   - name: NVIDIA MIG user guide
     description: Modes, GPU and compute instances, and the commands this module runs.
