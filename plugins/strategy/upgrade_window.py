@@ -82,15 +82,8 @@ from ansible.playbook.task import Task
 from ansible.plugins.strategy.free import StrategyModule as FreeStrategyModule
 from ansible.template import Templar
 from ansible.utils.display import Display
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
-    fleet_refresh,
-    run_journal,
-    upgrade_settings,
-    window_input,
-    window_preview,
-    window_slot,
-)
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import upgrade_settings, window_input, window_slot
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.run_state import RunState
 
 # Seconds a read of the fleet waits for a worker when nothing is in flight (the last workers are ending).
 FORK_WAIT = 5
@@ -134,50 +127,29 @@ def state_key(state) -> tuple | None:
     return tuple(keys)
 
 
-def journal_says(node, left: set, ahead: set):
-    """``node`` marked as a previous run's journal left it: out of service (``resume``) when in ``left``, drained
-    ahead when in ``ahead``. A node whose scheduler said where it is (``resume`` set, true or false:
-    fleet_nodes.window_nodes) keeps the scheduler's word."""
-    if not isinstance(node, dict) or node.get("done") or "resume" in node:
-        return node
-    if node.get("name") in left:
-        return dict(node, resume=True)
-    if node.get("name") in ahead:
-        return dict(node, drained_ahead=True)
-    return node
-
-
 def slot_state(task) -> str | None:
     """``acquired`` or ``released`` for an upgrade_slot task, None for any other task."""
     return None if task is None else window_slot.state_of(task.action, task.args)
 
 
 class StrategyModule(FreeStrategyModule):
-    """The free strategy with a gate: hosts at an unadmitted slot are left out of the host loop."""
+    """The free strategy with a gate: hosts at an unadmitted slot are left out of the host loop.
+
+    What the gate decides with (the one Window, the slots and their records, the reads of the fleet, the drains
+    ahead, the journal) is the run's state (``module_utils/upgrade/run_state.py``); this class is its Ansible side:
+    the host loop, the window's own tasks, their results, and the records handed to the hosts.
+    """
 
     def __init__(self, tqm):
         super().__init__(tqm)
-        self._window = None
-        self._arrived: dict = {}  # host name -> when it reached its slot task
-        self._holding: set = set()  # hosts admitted and not released yet
-        self._records: dict = {}  # host name -> its slot record
-        self._admitted_at: dict = {}  # host name -> when the window admitted it
-        self._broken = None  # why the window could not be built from the play's gpuops_upgrade_window
-        self._refresh = None  # the window's refresh settings, when the window reads the fleet again
-        self._schedule = None  # fleet_refresh.RefreshSchedule
+        self._run = RunState(display.display)
         self._refresh_task = None  # the read in flight (a Task), None when none runs
         self._refresh_host = None  # the waiting host the read runs as
-        self._ahead = None  # the window's drain_ahead (where and how to drain ahead), None: never
         self._ahead_todo: list = []  # (host name, "drain" or "resume") decided, not queued yet (no fork, host busy)
         self._ahead_tasks: dict = {}  # task uuid -> (host name, "drain" or "resume") running
-        self._drained_ahead: set = set()  # hosts drained ahead of their slot by us, not given back yet
         self._giving_back: set = set()  # hosts held at their slot until their drain ahead is given back
-        self._not_given_back: dict = {}  # host name -> why the give-back of its drain ahead failed
         self._slot_task = None  # the first slot task reached: where the window's own tasks take their place
         self._play_context = None
-        self._journal = None  # run_journal.JournalWriter, when the slot task names a journal
-        self._halt_written = False
-        self._passed: set = set()  # hosts whose pass (not admitted) is in the journal
         # host name -> (its iterator state, state_key, the next task, its slot_state): the last look at the host's
         # next task, valid while the host's state is the same object with the same key (see _next_task)
         self._next_tasks: dict = {}
@@ -188,17 +160,7 @@ class StrategyModule(FreeStrategyModule):
         try:
             return super().run(iterator, play_context)
         finally:
-            if self._journal is not None:
-                window = self._window
-                self._write(
-                    "end",
-                    done=list(window.done),
-                    failed=list(window.failed),
-                    deferred=sorted(window.deferred),
-                    halted=window.halted,
-                    drained_ahead=sorted(self._drained_ahead),
-                )
-                self._journal.close()
+            self._run.end()
 
     # Host loop hook: the free strategy asks for the hosts left on every pass.
 
@@ -214,6 +176,7 @@ class StrategyModule(FreeStrategyModule):
             self._blocked_hosts[self._sleeper] = False
             self._sleeper = None
         hosts = super().get_hosts_left(iterator)
+        holding = self._run.holding
         visible = []
         waiting = []
         still = []
@@ -225,7 +188,7 @@ class StrategyModule(FreeStrategyModule):
                 continue
             task, slot = self._next_task(iterator, host)
             if task is None:
-                if host.name in self._holding:
+                if host.name in holding:
                     self._left(host, "left the run while out of service")
                 if ended is None:
                     ended = host
@@ -237,9 +200,9 @@ class StrategyModule(FreeStrategyModule):
             # counts it failed: it does so while a rescue flushes handlers (the rollback's reboot), while the
             # node is still out of service; a host that failed for good has no task left.
             visible.append(host)
-        if self._holding:
+        if holding:
             left = {host.name for host in hosts}
-            for name in [name for name in self._holding if name not in left]:
+            for name in [name for name in holding if name not in left]:
                 self._left(self._inventory.get_host(name), "unreachable while out of service")
         if waiting:
             passing = self._admit(iterator, waiting)
@@ -255,7 +218,8 @@ class StrategyModule(FreeStrategyModule):
             shown = {host.name for host in visible}
             for name in {name for name, _action in self._ahead_tasks.values()} - shown:
                 visible.append(self._inventory.get_host(name))
-        if not visible and still and self._window is not None and self._window.waiting_for_jobs(time.time()):
+        window = self._run.window
+        if not visible and still and window is not None and window.waiting_for_jobs(time.time()):
             # Nothing runs and the window waits for jobs to end (before its deadline): one waiting host is shown
             # blocked, with no task, so the loop goes on; it looks again after a pause (nothing can change sooner
             # than a job's end or the next read of the fleet).
@@ -308,130 +272,59 @@ class StrategyModule(FreeStrategyModule):
 
     def _admit(self, iterator, waiting) -> list:
         now = time.time()
+        run = self._run
         for host, _task in waiting:
-            self._arrived.setdefault(host.name, now)
-        if self._window is None:
-            task = waiting[0][1]
+            run.arrived.setdefault(host.name, now)
+        if run.window is None:
             try:
-                args = self._play_window(iterator)
-                nodes, resume = self._open_journal(args.get("journal"), args.get("nodes") or [])
-                settings = args.get("settings") or {}
-                self._set_ahead(args.get("drain_ahead"))
-                if self._ahead is None and isinstance(settings, dict) and settings.get("drain_ahead"):
-                    settings = dict(settings, drain_ahead=0)  # nowhere to drain ahead: the window drains none
-                if resume.get("deadline") is not None and isinstance(settings, dict):
-                    settings = dict(settings, deadline=resume["deadline"])  # the run it continues set it
-                self._window = Window(nodes, settings, now)
-                self._drained_ahead.update(self._window.drained_ahead)  # a crashed run's, from Slurm or its journal
-                self._set_refresh(args.get("refresh"), now)
-                self._slot_task = task
-                if self._journal is not None:
-                    self._write(
-                        "start",
-                        run_id=resume["run_id"],
-                        target=resume["target"],
-                        resumed_from=resume["resumed_from"],
-                        resumed=list(self._window.resumed),
-                        in_service_out=list(self._window.unavailable),
-                        settings=self._window.settings.as_dict(),
-                        deadline=self._window.deadline,  # a re-run continuing this one keeps it
-                        torn=self._journal.torn,  # bytes of a torn last line cut off before this entry
-                    )
-            except ValueError as error:
-                self._broken = str(error)
-                self._window = Window([], {}, now)
-        window = self._window
-        if self._schedule is None or not self._schedule.holds(now):
-            self._take_admitted(window.admit(now), now)
-        elif self._ahead is not None:
-            self._take_admitted(window.admit_ahead(now), now)  # a node drained ahead whose job ended: not held
-        fresh = self._schedule is None or self._schedule.fresh
-        if not fresh and not self._holding and not window.in_flight and not window.halted:
+                built = run.open(self._play_window(iterator), now)
+            except ValueError as error:  # the play's window cannot be templated or is not a window
+                run.fail(str(error), now)
+                built = False
+            if built:
+                self._slot_task = waiting[0][1]
+        window = run.window
+        schedule = run.schedule
+        if schedule is None or not schedule.holds(now):
+            run.take_admitted(window.admit(now), now)
+        elif run.ahead is not None:
+            run.take_admitted(window.admit_ahead(now), now)  # a node drained ahead whose job ended: not held
+        fresh = schedule is None or schedule.fresh
+        if not fresh and not run.holding and not window.in_flight and not window.halted:
             # Nothing in flight: read the fleet before deferring or blocking on the old view.
             if self._refresh_task is not None or self._start_refresh(iterator, [host for host, _task in waiting]):
                 return []
             fresh = True  # the read could not start: decide on the last view
         deferring = {}
-        if not self._holding and not window.in_flight and fresh:
+        if not run.holding and not window.in_flight and fresh:
             deferring = window.defer_waiting(now)
             for name, why in deferring.items():
-                self._write("defer", node=name, why=why)
+                run.write("defer", node=name, why=why)
         if deferring:
             # Nothing in flight and nothing started: the nodes waiting for their jobs are deferred, in
             # service; a chosen canary among them is replaced, and the next one may start now.
-            self._take_admitted(window.admit(now), now)
-        if self._ahead is not None and not self._broken:
+            run.take_admitted(window.admit(now), now)
+        if run.ahead is not None and not run.broken:
             # drains ahead are decided on the view admission uses: not while it waits for the read after a release
-            self._drain_ahead(iterator, waiting, now, self._schedule is None or not self._schedule.holds(now))
+            self._drain_ahead(iterator, waiting, now, schedule is None or not schedule.holds(now))
         passing = []
         for host, _task in waiting:
-            name = host.name
-            if self._broken:
-                self._hand(host, self._record(name, False, "the window cannot be built: %s" % self._broken))
-            elif name in self._holding:
-                record = self._records.get(name)
-                if not record or record.get("state") != "acquired" or not record.get("admitted"):
-                    self._hand(host, self._record(name, True, "admitted"))
-            elif name not in window.nodes:
-                self._hand(host, self._record(name, False, "not in the window's plan"))
-            elif name in window.deferred:
-                self._hand(host, self._record(name, False, "deferred: %s" % window.deferred[name]))
-            elif name in window.gone:
-                # out of service by someone else, or in a reservation not ours, since the plan: its status first
-                status = "reserved" if name in window.reserved else "unavailable"
-                self._hand(host, self._record(name, False, "%s: left alone: %s" % (status, window.gone[name])))
-            elif window.halted:
-                self._hand(host, self._record(name, False, "the run halted before this node started"))
-            else:
+            passes, record = run.verdict(host.name)
+            if not passes:
                 continue
-            self._write_pass(name)
+            if record is not None:
+                self._hand(host, record)
+            run.write_pass(host.name)
             passing.append(host)
-        if not passing and not self._holding and not window.in_flight and fresh and not window.waiting_for_jobs(now):
+        if not passing and not run.holding and not window.in_flight and fresh and not window.waiting_for_jobs(now):
             # Nothing in flight, nothing admitted and no job to wait for: whatever still waits can never start.
             blocked = window.blocked
             for host, _task in waiting:
                 why = blocked.get(host.name, "cannot leave service within the window's rules")
-                self._hand(host, self._record(host.name, False, "blocked: %s" % why))
-                self._write_pass(host.name)
+                self._hand(host, run.record(host.name, False, "blocked: %s" % why))
+                run.write_pass(host.name)
                 passing.append(host)
         return self._hold_drained_ahead(iterator, passing)
-
-    def _take_admitted(self, names, now):
-        for name in names:
-            self._holding.add(name)
-            self._drained_ahead.discard(name)  # its drain ahead becomes its upgrade's drain
-            self._admitted_at[name] = now
-            node = self._window.nodes[name]
-            state = self._progress("admitted", name, now)
-            self._write("admit", node=name, canary=name in self._window.canaries, resume=node.resume, at=now, **state)
-
-    def _record(self, name: str, admitted: bool, reason: str) -> dict:
-        now = time.time()
-        arrived = self._arrived.get(name, now)
-        node = self._window.nodes.get(name)
-        record = {
-            "state": "acquired",
-            "admitted": admitted,
-            "reason": reason,
-            "arrived_at": arrived,
-            "admitted_at": self._admitted_at.get(name, now) if admitted else None,
-            "waited": round((self._admitted_at.get(name, now) if admitted else now) - arrived, 3),
-            "in_flight": sorted(self._window.in_flight),
-            "canary": name in self._window.canaries,
-            "released_at": None,
-            # Slurm's end of the node's running job when the window was built (None: idle or unknown)
-            "job_end": node.job_end if node is not None else None,
-            "max_job_wait": self._window.settings.max_job_wait,
-            # every read of the fleet during the run so far: when, how long, why, what changed
-            "refreshes": list(self._schedule.reads) if self._schedule is not None else [],
-            # drained ahead of its slot now (a host passing not admitted is given back first)
-            "drained_ahead": name in self._drained_ahead or name in self._not_given_back,
-        }
-        if name in self._not_given_back and not admitted:
-            why = self._not_given_back[name]
-            record["reason"] = "%s; still drained ahead: its give-back failed: %s" % (reason, why)
-        self._records[name] = record
-        return record
 
     # Results hook: a slot comes back when its release task has run (a skipped one does not count).
 
@@ -440,100 +333,43 @@ class StrategyModule(FreeStrategyModule):
         for result in results:
             ahead = self._ahead_tasks.pop(result.task._uuid, None) if self._ahead_tasks else None
             if ahead is not None:
-                self._ahead_done(ahead[0], ahead[1], result_data(result))
+                self._run.ahead_done(ahead[0], ahead[1], result_data(result))
                 continue
             if self._refresh_task is not None and result.task._uuid == self._refresh_task._uuid:
-                self._refreshed(result_data(result))
+                self._refresh_task = None
+                self._refresh_host = None
+                self._run.refreshed(result_data(result))
                 continue
-            if slot_state(result.task) != "released" or result.host.name not in self._holding:
+            if slot_state(result.task) != "released" or result.host.name not in self._run.holding:
                 continue
             release = window_slot.released(result_data(result))
             if release is not None:
-                self._release(result.host, release["ok"], release["halt"], release["deferred"])
+                host = result.host
+                self._hand(host, self._run.release(host.name, release["ok"], release["halt"], release["deferred"]))
         return results
 
-    def _release(self, host, ok: bool, halt, deferred=False):
-        name = host.name
-        self._finish(name, ok, halt, deferred)
-        if self._schedule is not None:
-            self._schedule.released(time.time())
-        state = self._progress("back, upgraded" if ok and not deferred else "back, deferred" if ok else "failed", name)
-        self._write("release", node=name, ok=ok, deferred=deferred, halt=self._window.halted, **state)
-        self._write_halt(name, "a node failed" if not ok else "the node's release asked to halt")
-        record = dict(self._records.get(name, {}))
-        record.update(
-            {
-                "state": "released",
-                "released_at": time.time(),
-                "ok": ok,
-                "deferred": deferred,
-                "halted": self._window.halted,
-            }
-        )
-        self._records[name] = record
-        self._hand(host, record)
-
-    def _progress(self, event: str, name: str, now=None) -> dict:
-        """Where the run stands after an admission or release: printed as one line, and returned for the journal."""
-        state = window_preview.progress(self._window, time.time() if now is None else now)
-        display.display("gpuops upgrade window: %s" % window_preview.progress_line(event, name, state))
-        return {"progress": state}
-
     def _left(self, host, why: str):
-        self._finish(host.name, False, True)
-        self._write("release", node=host.name, ok=False, deferred=False, halt=True, why=why)
-        self._write_halt(host.name, why)
-        record = dict(self._records.get(host.name, {}))
-        record.update({"state": "released", "ok": False, "reason": why, "released_at": time.time(), "halted": True})
-        self._records[host.name] = record
-        self._hand(host, record)
-
-    def _finish(self, name: str, ok: bool, halt, deferred=False):
-        self._holding.discard(name)
-        if name in self._window.in_flight:
-            self._window.finish(name, ok, halt, deferred=deferred)
+        self._hand(host, self._run.left(host.name, why))
 
     # Fresh state: the fleet read again, as a task of a waiting host delegated to the Slurm controller.
 
-    def _set_refresh(self, refresh, now):
-        """Check the window's ``refresh`` (None: the window keeps the plan's view)."""
-        if refresh in (None, {}):
-            return
-        if (
-            not isinstance(refresh, dict)
-            or not refresh.get("delegate_to")
-            or not isinstance(refresh.get("names"), dict)
-        ):
-            raise ValueError(
-                "refresh must be {delegate_to: the Slurm controller host, names: {inventory host: Slurm node name}, "
-                "interval: seconds, options: slurm_fleet options}, got %r" % (refresh,)
-            )
-        options = refresh.get("options") or {}
-        if not isinstance(options, dict):
-            raise ValueError("refresh.options must be a dict of gpuops.cluster.slurm_fleet options, got %r" % options)
-        self._schedule = fleet_refresh.RefreshSchedule(
-            refresh.get("interval", upgrade_settings.DEFAULTS["refresh_interval"]), now
-        )
-        self._refresh = dict(refresh, options=options)
-
     def _start_refresh(self, iterator, waiting_hosts) -> bool:
         """Start a read of the fleet when one is due, as a task of the first waiting host; True when started."""
-        schedule = self._schedule
-        if schedule is None or self._refresh_task is not None or self._window.halted or self._broken:
+        run = self._run
+        schedule = run.schedule
+        if schedule is None or self._refresh_task is not None or run.window.halted or run.broken:
             return False
         now = time.time()
         why = schedule.due(now)
-        if why is None or not self._a_fork_is_free(wait=not self._holding):
+        if why is None or not self._a_fork_is_free(wait=not run.holding):
             return False
         free = [host for host in waiting_hosts if not self._blocked_hosts.get(host.name, False)]
         if not free:
             return False  # every waiting host runs a drain ahead or its give-back: the read waits for one
         host = free[0]
-        refresh = self._refresh
-        args = dict(refresh["options"], nodes=sorted(set(refresh["names"].values())))
         schedule.started(now, why)
         self._refresh_task = self._queue_own_task(
-            iterator, host, REFRESH_TASK, "gpuops.cluster.slurm_fleet", args, refresh
+            iterator, host, REFRESH_TASK, "gpuops.cluster.slurm_fleet", run.refresh_args(), run.refresh
         )
         self._refresh_host = host
         return True
@@ -579,47 +415,11 @@ class StrategyModule(FreeStrategyModule):
                 return False
             time.sleep(0.01)
 
-    def _refreshed(self, data: dict):
-        """A read came back: the window takes what changed; the read is recorded either way."""
-        self._refresh_task = None
-        self._refresh_host = None
-        now = time.time()
-        nodes = data.get("nodes")
-        if data.get("failed") or data.get("unreachable") or not isinstance(nodes, list):
-            read = self._schedule.finished(now, False, error=data.get("msg") or "the read returned no nodes")
-            self._write("refresh", **read)
-            return
-        try:
-            observed, reasons = fleet_refresh.observations(nodes, self._refresh["names"])
-            changes = self._window.observe(observed, now, reasons)
-        except ValueError as error:
-            self._write("refresh", **self._schedule.finished(now, False, error=str(error)))
-            return
-        read = self._schedule.finished(now, True, {key: value for key, value in changes.items() if value})
-        self._write("refresh", **read)
-
     # Drain ahead: busy nodes next in line drained in Slurm without a slot, as tasks of their own waiting hosts.
-
-    def _set_ahead(self, ahead):
-        """Check the window's ``drain_ahead`` (None: no node is drained ahead)."""
-        if ahead in (None, {}):
-            return
-        if (
-            not isinstance(ahead, dict)
-            or not ahead.get("delegate_to")
-            or not isinstance(ahead.get("names"), dict)
-            or not ahead.get("run_id")
-            or not isinstance(ahead.get("options") or {}, dict)
-        ):
-            raise ValueError(
-                "drain_ahead must be {delegate_to: the Slurm controller host, names: {inventory host: Slurm node "
-                "name}, run_id, reason_prefix, become, options: slurm_drain options}, got %r" % (ahead,)
-            )
-        self._ahead = dict(ahead, options=ahead.get("options") or {})
 
     def _drain_ahead(self, iterator, waiting, now, decide=True):
         """Take the window's give-backs and (``decide``) drains ahead; queue what a free fork and a free host allow."""
-        window = self._window
+        window = self._run.window
         for name in window.undrain_due():
             self._ahead_todo.append((name, "resume"))
         if decide and not window.halted:
@@ -632,7 +432,7 @@ class StrategyModule(FreeStrategyModule):
         for name, action in self._ahead_todo:
             if action == "drain" and (name not in ahead or window.halted):
                 continue  # admitted, deferred or given back before its drain started, or the run halted
-            if action == "resume" and name in self._holding:
+            if action == "resume" and name in self._run.holding:
                 continue  # admitted before its give-back started: its drain is its upgrade's now
             host = hosts.get(name)
             if host is None or not self._queue_ahead(iterator, host, action):
@@ -646,12 +446,13 @@ class StrategyModule(FreeStrategyModule):
         slot (the busy workers' hosts keep the loop going) and its give-back is queued on a later pass, never
         dropped, so neither the run nor the host moves on with the node drained.
         """
-        if not self._drained_ahead:
+        drained_ahead = self._run.drained_ahead
+        if not drained_ahead:
             return passing
         kept = []
         for host in passing:
             name = host.name
-            if name in self._drained_ahead and name not in self._holding:
+            if name in drained_ahead and name not in self._run.holding:
                 # a few seconds for a worker the first time; on later passes only a worker free now
                 first = name not in self._giving_back
                 self._giving_back.add(name)
@@ -665,7 +466,7 @@ class StrategyModule(FreeStrategyModule):
         """Queue a drain ahead (``drain``) or its give-back (``resume``) as a task of ``host``; True when queued."""
         if self._blocked_hosts.get(host.name, False) or not self._a_fork_is_free(wait=wait):
             return False
-        ahead = self._ahead
+        ahead = self._run.ahead
         args = dict(
             ahead["options"],
             node=ahead["names"].get(host.name) or host.name,
@@ -679,87 +480,3 @@ class StrategyModule(FreeStrategyModule):
         task = self._queue_own_task(iterator, host, name, "gpuops.cluster.slurm_drain", args, ahead)
         self._ahead_tasks[task._uuid] = (host.name, action)
         return True
-
-    def _ahead_done(self, name: str, action: str, data: dict):
-        """A drain ahead or a give-back came back: the window and the journal take it."""
-        failed = bool(data.get("failed") or data.get("unreachable"))
-        window = self._window
-        if action == "drain":
-            if failed or not data.get("ours"):
-                why = data.get("msg") if failed else "drained by someone else: not touched"
-                if name in window.drained_ahead:
-                    window.drain_ahead_failed(name)
-                self._write("drain_ahead", node=name, ok=False, why=why)
-                return
-            if name in self._holding:
-                return  # admitted while its drain ran: that drain is its upgrade's now
-            self._drained_ahead.add(name)
-            self._write("drain_ahead", node=name, ok=True, job_end=window.nodes[name].job_end)
-            return
-        self._drained_ahead.discard(name)
-        if failed:
-            self._not_given_back[name] = data.get("msg") or "failed"
-            self._write("undrain", node=name, ok=False, why=self._not_given_back[name])
-        else:
-            self._write("undrain", node=name, ok=True)
-
-    # The journal: every decision on the controller's disk as it is taken; a re-run continues from it.
-
-    def _open_journal(self, journal, nodes) -> tuple[list, dict]:
-        """The window's nodes, those a previous run left mid-upgrade marked to resume; opens this run's journal."""
-        resume = {"run_id": None, "target": None, "resumed_from": None}
-        if journal in (None, {}):
-            return nodes, resume
-        if not isinstance(journal, dict) or not journal.get("path"):
-            raise ValueError(
-                "journal must be {path: the journal file on the controller, run_id, target, resume: auto, none or "
-                "the path of a previous journal}, got %r" % (journal,)
-            )
-        path = str(journal["path"])
-        target = str(journal.get("target") or "")
-        wanted = journal.get("resume") or upgrade_settings.DEFAULTS["resume_journal"]
-        resume.update(run_id=journal.get("run_id"), target=target)
-        previous = None
-        if wanted == "auto":
-            previous = run_journal.find_previous(path, target)
-        elif wanted != "none":
-            previous = str(wanted)
-        if previous is not None:
-            try:
-                replayed = run_journal.replay(run_journal.read(previous))
-            except (OSError, ValueError) as error:
-                raise ValueError(
-                    "the journal to resume from, %s, cannot be read (%s): name another one, or none, in "
-                    "gpuops_upgrade_resume_journal" % (previous, error)
-                ) from error
-            left = set(run_journal.to_resume(replayed))
-            ahead = set(replayed["drained_ahead"]) - left
-            nodes = [journal_says(node, left, ahead) for node in nodes]
-            resume["resumed_from"] = previous
-            # a run lost mid-way (its journal has no end) is continued with its deadline; one that ended is not
-            resume["deadline"] = replayed.get("deadline") if replayed.get("ended_at") is None else None
-        try:
-            self._journal = run_journal.JournalWriter(path)
-        except OSError as error:
-            raise ValueError(
-                "the journal %s cannot be written (%s): set gpuops_upgrade_journal_path" % (path, error)
-            ) from error
-        return nodes, resume
-
-    def _write(self, event: str, **fields):
-        if self._journal is None:
-            return
-        at = fields.pop("at", None)
-        self._journal.append(run_journal.entry(event, time.time() if at is None else at, **fields))
-
-    def _write_halt(self, name: str, why: str):
-        if self._window.halted and not self._halt_written:
-            self._halt_written = True
-            self._write("halt", node=name, why=why)
-
-    def _write_pass(self, name: str):
-        record = self._records.get(name) or {}
-        if name in self._passed or record.get("admitted") or name in self._window.deferred:
-            return
-        self._passed.add(name)
-        self._write("pass", node=name, why=record.get("reason"))

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import fleet_nodes, window_input, window_preview
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
+    fleet_nodes,
+    run_state,
+    window_input,
+    window_preview,
+)
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window
-from ansible_collections.gpuops.cluster.plugins.strategy import upgrade_window
 
 HOSTS = [
     {"host": "gpu01", "done": False, "domains": {"rack": "r1"}, "scheduler_name": "node01"},
@@ -62,13 +66,13 @@ def test_slurm_is_the_truth_about_a_node_a_previous_journal_left_out():
     hosts = [*HOSTS, {"host": "gpu03", "scheduler_name": "node03"}]
     nodes = {node["name"]: node for node in fleet_nodes.window_nodes(hosts, [*SLURM, ours])}
     left = {"gpu01", "gpu03"}
-    said = {name: upgrade_window.journal_says(node, left, set()) for name, node in nodes.items()}
+    said = {name: run_state.journal_says(node, left, set()) for name, node in nodes.items()}
     assert said["gpu01"]["resume"] is False
     assert said["gpu03"]["resume"] is True
     assert "resume" not in said["gpu02"]  # done: not taken again
     plain = fleet_nodes.window_nodes([{"host": "gpu01"}])[0]
-    assert upgrade_window.journal_says(plain, left, set())["resume"] is True
-    assert upgrade_window.journal_says(plain, set(), {"gpu01"})["drained_ahead"] is True
+    assert run_state.journal_says(plain, left, set())["resume"] is True
+    assert run_state.journal_says(plain, set(), {"gpu01"})["drained_ahead"] is True
     window = Window(list(said.values()), {"max_unavailable": 1})
     assert window.resumed == ["gpu03"]
 

@@ -10,6 +10,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter import upgrade
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import fleet_nodes, run_journal, window_preview
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.run_journal import entry, replay
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.run_state import RunState
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window
 
 TARGET = 'gpu_nodes {"driver": "580"}'
@@ -300,21 +301,17 @@ def test_the_report_takes_its_timeline_and_reads_from_the_journal():
         upgrade.upgrade_journal("nonsense\n{}")
 
 
-def test_the_window_continues_its_own_journal_at_a_fixed_path(tmp_path, monkeypatch):
+def test_the_window_continues_its_own_journal_at_a_fixed_path(tmp_path):
     """A fixed gpuops_upgrade_journal_path (or a reused run id): the re-run resumes the nodes its own journal left
     in flight, appends to it after the torn line is cut, and the journal reads back whole."""
-    from ansible.plugins.strategy.free import StrategyModule as FreeStrategyModule
-    from ansible_collections.gpuops.cluster.plugins.strategy.upgrade_window import StrategyModule
-
-    monkeypatch.setattr(FreeStrategyModule, "__init__", lambda self, tqm: None)
     path = tmp_path / "gpuops-upgrade.journal.jsonl"
     path.write_text("".join(run_journal.encode(item) for item in crashed_run()) + '{"event": "rel')
-    strategy = StrategyModule(None)
+    state = RunState()
     journal = {"path": str(path), "run_id": "r1", "target": TARGET, "resume": "auto"}
-    nodes, resume = strategy._open_journal(journal, [{"name": name} for name in "abcde"])
+    nodes, resume = state.open_journal(journal, [{"name": name} for name in "abcde"])
     assert resume["resumed_from"] == str(path)
     assert [node["name"] for node in nodes if node.get("resume")] == ["b", "c"]
-    strategy._journal.append(entry("start", 200, run_id="r1", target=TARGET, resumed_from=str(path), resumed=["b"]))
-    strategy._journal.close()
+    state.journal.append(entry("start", 200, run_id="r1", target=TARGET, resumed_from=str(path), resumed=["b"]))
+    state.journal.close()
     assert run_journal.read(str(path))[-1]["event"] == "start"
     assert replay(run_journal.read(str(path)))["in_flight"] == ["b", "c"]

@@ -21,7 +21,7 @@ def fixture_strategy(monkeypatch):
     monkeypatch.setattr(FreeStrategyModule, "__init__", lambda self, tqm: None)
     strategy = StrategyModule(None)
     strategy._blocked_hosts = {}
-    strategy._drained_ahead = {"n3"}
+    strategy._run.drained_ahead.add("n3")
     strategy.free = False
     strategy.queued = []
     strategy.handed = {}
@@ -57,7 +57,7 @@ def test_a_host_drained_ahead_waits_at_its_slot_until_a_worker_gives_its_node_ba
     assert strategy.queued == [("n3", "resume", False)]
     # its give-back came back: n3 passes
     strategy._blocked_hosts.pop("n3")
-    strategy._ahead_done("n3", "resume", {"changed": True})
+    strategy._run.ahead_done("n3", "resume", {"changed": True})
     assert strategy._hold_drained_ahead(None, [N3]) == [N3]
 
 
@@ -65,14 +65,14 @@ def test_a_give_back_that_failed_lets_the_host_pass_and_its_record_says_the_node
     strategy.free = True
     assert strategy._hold_drained_ahead(None, [N3]) == []
     strategy._blocked_hosts.pop("n3")
-    strategy._window = SimpleNamespace(
+    strategy._run.window = SimpleNamespace(
         nodes={"n3": SimpleNamespace(job_end=None)},
         in_flight=[],
         canaries=[],
         settings=SimpleNamespace(max_job_wait=3600),
     )
-    strategy._ahead_done("n3", "resume", {"failed": True, "msg": "scontrol: Invalid node name"})
+    strategy._run.ahead_done("n3", "resume", {"failed": True, "msg": "scontrol: Invalid node name"})
     assert strategy._hold_drained_ahead(None, [N3]) == [N3]
-    record = strategy._record("n3", False, "deferred: its job ends at 2026-12-05 10:00 UTC")
+    record = strategy._run.record("n3", False, "deferred: its job ends at 2026-12-05 10:00 UTC")
     assert record["drained_ahead"] is True
     assert record["reason"].endswith("still drained ahead: its give-back failed: scontrol: Invalid node name")
