@@ -3,8 +3,8 @@
 """Filters of the rolling upgrade (playbooks/rolling_upgrade.yml).
 
 Documentation for each filter lives in the sidecar YAML next to this file
-(upgrade_window.yml, upgrade_window_run.yml, upgrade_decision.yml, upgrade_stack_fact.yml, upgrade_report.yml,
-upgrade_drain_record.yml).
+(upgrade_window.yml, upgrade_window_run.yml, upgrade_decision.yml, upgrade_survey.yml, upgrade_plan_lines.yml,
+upgrade_run_report.yml, upgrade_stack_fact.yml, upgrade_report.yml, upgrade_drain_record.yml).
 """
 
 from __future__ import annotations
@@ -69,6 +69,44 @@ def upgrade_decision(stack_facts, health=None, fact=None, kernel=None):
     return upgrade_record.decide(stack_facts, health or {}, fact, kernel)
 
 
+def upgrade_survey(stack_facts, host, health=None, fact=None, kernel=None, domains=None, scheduler_name=None):
+    """What the survey keeps of one node: ``{decision, entry, record}``."""
+    if not isinstance(stack_facts, dict):
+        raise AnsibleFilterError("%supgrade_survey: input must be ansible_facts.gpu_stack (a dict)" % PREFIX)
+    return upgrade_record.survey(host, stack_facts, health or {}, fact, kernel, domains, scheduler_name)
+
+
+def upgrade_plan_lines(window, run_id, upgrade, nodes, gate_problems=None):
+    """The lines the plan prints before any node moves."""
+    try:
+        return upgrade_record.plan_lines(dict(window), run_id, dict(upgrade), list(nodes), list(gate_problems or ()))
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("%supgrade_plan_lines: %s" % (PREFIX, exc)) from exc
+
+
+def upgrade_run_report(nodes, run_id, window, upgrade, started_at, finished_at, journal=None, journal_path=None):
+    """The run's audit report from every node's variables, the window and the journal's text, with ``summary``."""
+    try:
+        records, slots = upgrade_record.run_records(list(nodes))
+        replayed = None if journal is None else upgrade_journal(journal, journal_path)
+        window_rules = {"nodes": window.get("nodes"), "settings": window.get("settings")}
+        audit = upgrade_record.report(
+            run_id,
+            dict(window),
+            records,
+            started_at,
+            finished_at,
+            upgrade_record.run_settings(dict(upgrade), dict(window)),
+            window_rules,
+            slots,
+            replayed,
+        )
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("%supgrade_run_report: %s" % (PREFIX, exc)) from exc
+    audit["summary"] = upgrade_record.summary_lines(audit)
+    return audit
+
+
 def upgrade_stack_fact(fact, target, step, run_id, now, result=None, fallback_previous=None):
     """The content of the gpuops_stack local fact before (``begin``) or after (``finish``) a node's change."""
     try:
@@ -124,6 +162,9 @@ class FilterModule:
             "upgrade_window": upgrade_window,
             "upgrade_window_run": upgrade_window_run,
             "upgrade_decision": upgrade_decision,
+            "upgrade_survey": upgrade_survey,
+            "upgrade_plan_lines": upgrade_plan_lines,
+            "upgrade_run_report": upgrade_run_report,
             "upgrade_stack_fact": upgrade_stack_fact,
             "upgrade_report": upgrade_report,
             "upgrade_drain_record": upgrade_drain_record,

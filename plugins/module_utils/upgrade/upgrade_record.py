@@ -189,6 +189,71 @@ def decide(stack_facts: dict, health: dict, fact=None, kernel=None) -> dict:
     return {"decision": "upgrade", "reason": "stack differs from the target"}
 
 
+SURVEY_STATUSES = {"skip": "skipped", "exclude": "excluded"}
+
+
+def survey(host, stack_facts: dict, health: dict, fact=None, kernel=None, domains=None, scheduler_name=None) -> dict:
+    """What the survey keeps of one node: ``{decision, entry, record}``.
+
+    ``decision`` is :func:`decide`'s; ``entry`` describes the node for the window (``host``, ``done`` when it is
+    not upgraded, its failure ``domains``, its ``scheduler_name``); ``record`` is the report's record of a node
+    skipped or left out (its driver before and after), None for a node to upgrade (the window's record is its).
+    """
+    decision = decide(stack_facts, health, fact, kernel)
+    upgrade = decision["decision"] == "upgrade"
+    installed = ((stack_facts or {}).get("drift") or {}).get("installed_driver_version")
+    record = None
+    if not upgrade:
+        record = {
+            "host": host,
+            "status": SURVEY_STATUSES[decision["decision"]],
+            "reason": decision["reason"],
+            "before": {"driver_version": installed},
+            "after": {"driver_version": installed},
+        }
+    entry = {"host": host, "done": not upgrade, "domains": domains, "scheduler_name": scheduler_name or host}
+    return {"decision": decision, "entry": entry, "record": record}
+
+
+def surveyed_records(nodes) -> list:
+    """The survey's records (``rolling_upgrade_survey_record``) of the nodes skipped or left out, from their vars."""
+    return [node["rolling_upgrade_survey_record"] for node in nodes if node.get("rolling_upgrade_survey_record")]
+
+
+def plan_lines(window: dict, run_id: str, upgrade: dict, nodes, gate_problems=()) -> list:
+    """What the plan prints before any node moves: the run, the window's lines, each node skipped or left out with
+    why, and each node whose gate would fail for a missing tool."""
+    head = "run %s, drain adapter %s, on failure %s%s" % (
+        run_id,
+        upgrade.get("drain"),
+        upgrade.get("on_failure"),
+        ", plan only: nothing moves" if upgrade.get("plan_only") else "",
+    )
+    left = ["%s: %s" % (record.get("host"), record.get("reason")) for record in surveyed_records(nodes)]
+    return [head, *(window.get("lines") or []), *left, *("gate would fail: %s" % line for line in gate_problems)]
+
+
+def run_records(nodes) -> tuple[list, dict]:
+    """``(records, slots)`` of the report from every node's variables: the window's record of each node that
+    reached it (``rolling_upgrade_node``), else the survey's (a node resumed by the window has its run record),
+    and the strategy's record of each node's slot (``gpuops_upgrade_slot``)."""
+    records = [node["rolling_upgrade_node"] for node in nodes if node.get("rolling_upgrade_node")]
+    records += surveyed_records(node for node in nodes if not node.get("rolling_upgrade_node"))
+    slots = {node.get("inventory_hostname"): node.get("gpuops_upgrade_slot") or {} for node in nodes}
+    return records, slots
+
+
+def run_settings(upgrade: dict, window: dict) -> dict:
+    """The run's settings as the report shows them."""
+    return {
+        "drain": upgrade.get("drain"),
+        "on_failure": upgrade.get("on_failure"),
+        "on_drain_timeout": upgrade.get("on_drain_timeout"),
+        "max_job_wait": int(upgrade.get("max_job_wait") or 0),
+        "window": window.get("settings"),
+    }
+
+
 def drain_record(adapter: str, slurm=None, k8s_node=None, k8s_drain=None, k8s_pods=None, node_name=None) -> dict:
     """The ``drain`` entry of a node's record from what its drain adapter returned.
 

@@ -463,3 +463,62 @@ def test_no_adapter_and_unknown_adapter():
     }
     with pytest.raises(ValueError, match="unknown drain adapter 'slrum'"):
         upgrade_record.drain_record("slrum")
+
+
+def test_survey_keeps_the_decision_the_window_entry_and_the_record_of_a_node_not_upgraded():
+    stack = drift()
+    stack["drift"]["installed_driver_version"] = "580.65.06"
+    skipped = upgrade_record.survey("n1", stack, HEALTHY, None, None, {"rack": "r1"}, "node001")
+    assert skipped == {
+        "decision": {"decision": "skip", "reason": "already on the target stack and healthy"},
+        "entry": {"host": "n1", "done": True, "domains": {"rack": "r1"}, "scheduler_name": "node001"},
+        "record": {
+            "host": "n1",
+            "status": "skipped",
+            "reason": "already on the target stack and healthy",
+            "before": {"driver_version": "580.65.06"},
+            "after": {"driver_version": "580.65.06"},
+        },
+    }
+    excluded = upgrade_record.survey("n2", stack, SICK, None, None, {}, None)
+    assert excluded["record"]["status"] == "excluded"
+    assert excluded["entry"] == {"host": "n2", "done": True, "domains": {}, "scheduler_name": "n2"}
+    moving = upgrade_record.survey("n3", stack, HEALTHY, None, KERNEL_MOVES, {}, None)
+    assert moving["decision"]["decision"] == "upgrade"
+    assert moving["entry"]["done"] is False
+    assert moving["record"] is None
+
+
+def test_plan_lines_and_run_records_read_the_survey_records_of_the_nodes_not_upgraded():
+    skipped = {"host": "a", "status": "skipped", "reason": "already on the target stack and healthy"}
+    run = {"host": "b", "status": "upgraded", "reason": "on the target stack, gated"}
+    nodes = [
+        {"inventory_hostname": "a", "rolling_upgrade_survey_record": skipped},
+        {
+            "inventory_hostname": "b",
+            "rolling_upgrade_survey_record": None,
+            "rolling_upgrade_node": run,
+            "gpuops_upgrade_slot": {"admitted_at": 1.0, "released_at": 2.0},
+        },
+        # resumed by the window: its run record, not the survey's
+        {
+            "inventory_hostname": "c",
+            "rolling_upgrade_survey_record": dict(skipped, host="c"),
+            "rolling_upgrade_node": dict(run, host="c"),
+        },
+    ]
+    window = {"lines": ["order: b"]}
+    upgrade = {"drain": "slurm", "on_failure": "halt", "plan_only": True}
+    assert upgrade_record.plan_lines(window, "r1", upgrade, nodes[:2], ["b: no dcgmi"]) == [
+        "run r1, drain adapter slurm, on failure halt, plan only: nothing moves",
+        "order: b",
+        "a: already on the target stack and healthy",
+        "gate would fail: b: no dcgmi",
+    ]
+    records, slots = upgrade_record.run_records(nodes)
+    assert [(record["host"], record["status"]) for record in records] == [
+        ("b", "upgraded"),
+        ("c", "upgraded"),
+        ("a", "skipped"),
+    ]
+    assert slots == {"a": {}, "b": {"admitted_at": 1.0, "released_at": 2.0}, "c": {}}
