@@ -276,13 +276,13 @@ class StrategyModule(FreeStrategyModule):
         for host, _task in waiting:
             run.arrived.setdefault(host.name, now)
         if run.window is None:
+            # where the window's own tasks take their place, also when the window cannot be built: a node a crashed
+            # run drained ahead (found before the error) is still given back as its host passes
+            self._slot_task = waiting[0][1]
             try:
-                built = run.open(self._play_window(iterator), now)
+                run.open(self._play_window(iterator), now)
             except ValueError as error:  # the play's window cannot be templated or is not a window
                 run.fail(str(error), now)
-                built = False
-            if built:
-                self._slot_task = waiting[0][1]
         window = run.window
         schedule = run.schedule
         if schedule is None or not schedule.holds(now):

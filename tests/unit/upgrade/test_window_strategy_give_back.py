@@ -76,3 +76,34 @@ def test_a_give_back_that_failed_lets_the_host_pass_and_its_record_says_the_node
     record = strategy._run.record("n3", False, "deferred: its job ends at 2026-12-05 10:00 UTC")
     assert record["drained_ahead"] is True
     assert record["reason"].endswith("still drained ahead: its give-back failed: scontrol: Invalid node name")
+
+
+def test_a_node_drained_ahead_is_given_back_when_the_window_cannot_be_built(monkeypatch):
+    """The window's nodes say n3 was drained ahead by a crashed run, then a bad setting breaks the window: n3's host
+    passes its slot not admitted only after its give-back, queued in the slot task's place (before, the strategy had
+    no slot task and failed queueing it, the node left drained)."""
+    monkeypatch.setattr(FreeStrategyModule, "__init__", lambda self, tqm: None)
+    strategy = StrategyModule(None)
+    strategy._blocked_hosts = {}
+    strategy._a_fork_is_free = lambda wait=False: True
+    strategy._hand = lambda host, record: None
+    queued = []
+
+    def queue_own_task(iterator, host, name, action, args, where):
+        queued.append((host.name, action, args["state"], strategy._slot_task))
+        strategy._blocked_hosts[host.name] = True
+        return SimpleNamespace(_uuid="give-back")
+
+    strategy._queue_own_task = queue_own_task
+    names = {"n3": "n3", "n4": "n4"}
+    strategy._play_window = lambda iterator: {
+        "nodes": [{"name": "n3", "drained_ahead": True}, {"name": "n4"}],
+        "settings": {"max_unavailable": 1, "drain_ahead": 1},
+        "drain_ahead": {"delegate_to": "slurmctl", "names": names, "run_id": "r1"},
+        "refresh": {"delegate_to": "slurmctl"},  # no names: the window cannot be built
+        "journal": None,
+    }
+    slot = SimpleNamespace(action="gpuops.cluster.upgrade_slot", args={"state": "acquired"})
+    assert strategy._admit(None, [(N3, slot), (N4, slot)]) == [N4]
+    assert strategy._run.broken.startswith("refresh must be")
+    assert queued == [("n3", "gpuops.cluster.slurm_drain", "resumed", slot)]
