@@ -68,18 +68,18 @@ def _cap(minors, key, what):
     return "/dev/nvidia-caps/nvidia-cap%d" % minors[key]
 
 
-def devices(gpus, minors, mig_minors_text, whole_type=None):
+def devices(gpus, mig_minors_text, whole_type=None):
     """``[{type, files}]``, one per GRES record, in GPU order then GI and CI id.
 
-    ``gpus``: mig_state.node_state()'s GPUs; ``minors``: ``{GPU index: minor number}`` (``<minor_number>`` of
-    ``nvidia-smi -q -x``); ``mig_minors_text``: the mig-minors file. A GPU with MIG on and no instance gives none.
+    ``gpus``: mig_state.node_state()'s GPUs (``minor``: ``<minor_number>`` of ``nvidia-smi -q -x``);
+    ``mig_minors_text``: the mig-minors file. A GPU with MIG on and no instance gives none.
     """
     caps = parse_mig_minors(mig_minors_text)
     records = []
     for gpu in gpus:
-        if gpu["index"] not in minors:
-            raise GresError("GPU %d: nvidia-smi gave no minor number" % gpu["index"])
-        minor = minors[gpu["index"]]
+        minor = gpu.get("minor")
+        if minor is None:
+            raise GresError("GPU %d: nvidia-smi -q -x gave no minor number" % gpu["index"])
         device = "/dev/nvidia%d" % minor
         if not (gpu.get("mig") or {}).get("current"):
             records.append({"type": gpu_type(gpu.get("product"), whole_type), "files": [device]})

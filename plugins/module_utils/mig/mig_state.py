@@ -91,7 +91,7 @@ def parse_compute_instances(text):
 def node_state(query_xml, lgi_text="", lci_text=""):
     """Each GPU's MIG state: ``{gpus: [...], warnings: [...]}``.
 
-    A GPU: ``index``, ``uuid``, ``bus_id``, ``product``, ``device_id`` (``0x233010de``), ``mig``
+    A GPU: ``index``, ``minor``, ``uuid``, ``bus_id``, ``product``, ``device_id`` (``0x233010de``), ``mig``
     (``{"current": True|False|None, "pending": ...}``, None: no MIG), ``gpu_instances`` (each with its
     ``compute_instances``) and ``processes``. Raises :class:`MigStateError` when ``-q -x`` lists no GPU
     or a listing cannot be read: a state that could not be read is never planned from.
@@ -118,6 +118,7 @@ def node_state(query_xml, lgi_text="", lci_text=""):
         gpus.append(
             {
                 "index": gpu["index"],
+                "minor": gpu.get("minor_number"),  # /dev/nvidia<minor>, and the gpu<minor> of mig-minors
                 "uuid": gpu["uuid"],
                 "bus_id": gpu["pci_bus_id"],
                 "product": gpu["product_name"],

@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.cluster.plugins.module_utils.health import nvidia_smi_xml
 from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_gres, mig_state
 
 from tests.unit.mig.test_gpu_mig_module import Lab
@@ -30,9 +29,8 @@ def lab(tmp_path, monkeypatch):
 
 def read(lab):
     state = lab.state()
-    minors = {gpu["index"]: gpu["minor_number"] for gpu in nvidia_smi_xml.parse(lab.smi("-q", "-x")[1])["gpus"]}
     text = (lab.root / "run/gpuops-lab/proc/driver/nvidia-caps/mig-minors").read_text()
-    return state["gpus"], minors, text
+    return state["gpus"], text
 
 
 def split_gpu0(lab, profiles="9,19,19"):
@@ -44,21 +42,21 @@ def split_gpu0(lab, profiles="9,19,19"):
 
 def test_whole_gpus_get_one_file_each_and_their_product_as_type(lab):
     lab.smi("-q", "-x")  # the driver loads: mig-minors is written
-    gpus, minors, text = read(lab)
-    records = mig_gres.devices(gpus, minors, text)
+    gpus, text = read(lab)
+    records = mig_gres.devices(gpus, text)
     assert mig_gres.gres_conf_lines(records) == [
         "Name=gpu Type=h100_80gb_hbm3 File=/dev/nvidia0",
         "Name=gpu Type=h100_80gb_hbm3 File=/dev/nvidia1",
     ]
     assert mig_gres.node_gres(records) == "gpu:h100_80gb_hbm3:2"
-    assert mig_gres.node_gres(mig_gres.devices(gpus, minors, text, whole_type="h100")) == "gpu:h100:2"
+    assert mig_gres.node_gres(mig_gres.devices(gpus, text, whole_type="h100")) == "gpu:h100:2"
 
 
 def test_mig_devices_name_their_gpu_and_both_capability_files(lab):
     split_gpu0(lab)
-    gpus, minors, text = read(lab)
+    gpus, text = read(lab)
     caps = mig_gres.parse_mig_minors(text)
-    records = mig_gres.devices(gpus, minors, text)
+    records = mig_gres.devices(gpus, text)
     lines = mig_gres.gres_conf_lines(records)
     assert len(lines) == 4  # three MIG devices on GPU 0, GPU 1 whole
     by_type = {}
@@ -78,17 +76,18 @@ def test_mig_devices_name_their_gpu_and_both_capability_files(lab):
 
 def test_the_nvml_plugin_finds_the_devices_itself(lab):
     split_gpu0(lab)
-    gpus, minors, text = read(lab)
-    assert mig_gres.gres_conf_lines(mig_gres.devices(gpus, minors, text), autodetect_nvml=True) == ["AutoDetect=nvml"]
+    gpus, text = read(lab)
+    assert mig_gres.gres_conf_lines(mig_gres.devices(gpus, text), autodetect_nvml=True) == ["AutoDetect=nvml"]
 
 
 def test_a_mig_device_without_its_capability_minor_is_refused(lab):
     split_gpu0(lab, "19")
-    gpus, minors, text = read(lab)
+    gpus, text = read(lab)
     with pytest.raises(mig_gres.GresError, match="mig-minors lists no gpu0/gi"):
-        mig_gres.devices(gpus, minors, "config 1\nmonitor 2\n")
-    with pytest.raises(mig_gres.GresError, match="GPU 1: nvidia-smi gave no minor number"):
-        mig_gres.devices(gpus, {0: 0}, text)
+        mig_gres.devices(gpus, "config 1\nmonitor 2\n")
+    gpus[1]["minor"] = None
+    with pytest.raises(mig_gres.GresError, match="GPU 1: nvidia-smi -q -x gave no minor number"):
+        mig_gres.devices(gpus, text)
 
 
 def test_types_follow_slurm_naming():
@@ -101,6 +100,7 @@ def test_compute_instances_of_one_gpu_instance_are_one_record_each():
     """The A100 PCIe capture: a 3g.20gb GPU instance split in three 1c.3g.20gb compute instances."""
     state = {
         "index": 0,
+        "minor": 0,
         "product": "NVIDIA A100-PCIE-40GB",
         "mig": {"current": True, "pending": True},
         "gpu_instances": [
@@ -113,7 +113,7 @@ def test_compute_instances_of_one_gpu_instance_are_one_record_each():
         ],
     }
     text = "gpu0/gi2/access 21\ngpu0/gi2/ci0/access 22\ngpu0/gi2/ci1/access 23\ngpu0/gi2/ci2/access 24\n"
-    lines = mig_gres.gres_conf_lines(mig_gres.devices([state], {0: 0}, text))
+    lines = mig_gres.gres_conf_lines(mig_gres.devices([state], text))
     assert lines == [
         "Name=gpu Type=1c.3g.20gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap21,"
         "/dev/nvidia-caps/nvidia-cap%d" % minor
