@@ -19,7 +19,7 @@ The ``Type`` of a MIG device is its name as ``nvidia-smi mig -lci`` prints it (`
 operator's ``gpu_type`` or its product name in lower case, ``NVIDIA `` left out and spaces as ``_``
 (``h100_80gb_hbm3``). ``Gres=`` for slurm.conf counts the devices by type (``gpu:3g.20gb:2,gpu:h100_80gb_hbm3:1``).
 gres.conf(5): "Drain a node before changing the count of records with the MultipleFiles parameter ... Failure to do
-so will result in any job using those GRES being aborted": :func:`records_change` tells the caller when.
+so will result in any job using those GRES being aborted": the caller drains the node where the ``Gres=`` changes.
 """
 
 from __future__ import annotations
@@ -112,12 +112,3 @@ def node_gres(records):
     for record in records:
         counts[record["type"]] = counts.get(record["type"], 0) + 1
     return ",".join("gpu:%s:%d" % (name, counts[name]) for name in sorted(counts))
-
-
-def records_change(before_lines, after_lines):
-    """Whether the count of GRES records (``File``/``MultipleFiles`` lines) changes: Slurm needs the node drained."""
-
-    def count(lines):
-        return sum(1 for line in lines if re.search(r"\b(?:Multiple)?Files?=", line))
-
-    return count(before_lines) != count(after_lines)
