@@ -50,6 +50,7 @@ def test_the_unit_runs_after_the_driver_and_before_the_gpu_clients():
         "dcgm.service",
         "nvidia-dcgm-exporter.service",
         "nvidia-cdi-refresh.service",
+        "nvidia-gpu-reset.target",  # NVIDIA's DCGM units are After= it, mig-parted's unit Before= it
     ):
         assert client in before
     assert not set(after) & set(before)
