@@ -13,7 +13,7 @@ description:
   - Reads the node once (C(nvidia-smi -q -x); C(nvidia-smi mig -lgi) and C(-lci) and
     C(/proc/driver/nvidia-caps/mig-minors) where a GPU has MIG on) and writes this node's GPU lines in O(path),
     in a marked block, every other line of the file kept.
-  - Where Slurm's NVML GPU plugin (C(gpu_nvml.so)) is installed the block is C(AutoDetect=nvml): slurmd finds
+  - Where Slurm's NVML GPU plugin (C(gpu_nvml.so)) is installed the block is C(AutoDetect=nvml), and slurmd finds
     the GPUs and MIG devices itself (C(AutoDetect=nvidia) of Slurm 24.11 does not detect MIG devices, so it is
     never used). Otherwise one line per device as the NVML plugin would find it, C(Name=gpu Type=<type>
     File=/dev/nvidia<minor>) for a whole GPU and C(Name=gpu Type=<MIG device> MultipleFiles=/dev/nvidia<minor>,
@@ -108,7 +108,7 @@ nvml:
   returned: always
 gres_changed:
   description:
-    - RV(gres) differs from the one the block was written for (or there was no block): the node's GPU records
+    - RV(gres) differs from the one the block was written for (or there was no block), so the node's GPU records
       change, so drain the node before slurmd reads the file, and give slurm.conf the new C(Gres=).
   type: bool
   returned: always
