@@ -78,3 +78,27 @@ def test_the_mig_layout_is_applied_with_the_options_the_gate_judges_by():
     }
     assert "combine(rolling_upgrade_mig_health)" in variables["rolling_upgrade_health_options"]
     assert "if gpuops_mig is defined else {}" in variables["rolling_upgrade_mig_health"]
+
+
+def test_the_canary_gate_and_soak_go_to_the_node_the_window_admitted_as_canary():
+    """The plan's preview may name a canary that the run then defers (its job outlasts the wait); the strategy's
+    Window admits another node as canary. The gate level and the soak follow the slot record, not the preview."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    loaded = yaml.safe_load((ROLE / "vars" / "main.yml").read_text(encoding="utf-8"))
+    variables = {name: trust_as_template(value) if isinstance(value, str) else value for name, value in loaded.items()}
+    settings = {"canary_gate_level": "extended", "gate_level": "quick"}
+
+    def gate(slot, preview_canaries):
+        names = dict(
+            variables,
+            rolling_upgrade_settings=settings,
+            rolling_upgrade_slot={"admitted": True, "slot": slot},
+            inventory_hostname="b",
+            hostvars={"localhost": {"rolling_upgrade_window": {"canary": preview_canaries}}},
+        )
+        return Templar(loader=DataLoader(), variables=names).template(trust_as_template("{{ rolling_upgrade_gate }}"))
+
+    assert gate({"canary": True}, ["a"]) == "extended"  # the replacement canary of a deferred "a"
+    assert gate({"canary": False}, ["b"]) == "quick"  # planned as canary, admitted after another one
