@@ -15,7 +15,7 @@ import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_apply, mig_profiles, mig_state
 from ansible_collections.gpuops.cluster.plugins.modules import gpu_mig
 
-from tests.unit.module_harness import FakeCommands, ModuleHarness, unbounded
+from tests.unit.module_harness import unbounded
 
 REPO = Path(__file__).resolve().parents[3]
 SIM = REPO / "extensions" / "molecule" / "lab" / "nvidia-smi" / "nvidia_smi_sim.py"
@@ -99,17 +99,6 @@ class Lab:
                 happening()
         done = self.run_node(argv)
         return done.returncode, done.stdout, done.stderr
-
-
-@pytest.fixture
-def lab(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPUOPS_LAB_ROOT", str(tmp_path))
-    return Lab(tmp_path)
-
-
-@pytest.fixture
-def harness(monkeypatch, lab):
-    return ModuleHarness(monkeypatch, commands=FakeCommands(fallback=lab.answer))
 
 
 def args(entries, **more):

@@ -7,24 +7,13 @@ SchedMD/slurm src/plugins/gpu/nvml/gpu_nvml.c (/dev/nvidia<minor>, then the GPU 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_gres, mig_state
 
-from tests.unit.mig.test_gpu_mig_module import Lab
-
 # nvidia-smi mig -lci of an A100-PCIE-40GB (tests/fixtures/mig/README.md says where it was captured)
 FIXTURE_LCI = (Path(__file__).resolve().parents[2] / "fixtures" / "mig" / "lci-a100-pcie-40gb.txt").read_text()
-
-
-@pytest.fixture
-def lab(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPUOPS_LAB_ROOT", str(tmp_path))
-    node = Lab(tmp_path)
-    (tmp_path / "etc/gpuops-lab/gpus.json").write_text(json.dumps({"model": "H100-SXM", "count": 2}))
-    return node
 
 
 def read(lab):

@@ -2,23 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.mig import gres_conf_block
 from ansible_collections.gpuops.cluster.plugins.modules import slurm_gres
 
-from tests.unit.mig.test_gpu_mig_module import SIM, Lab
-from tests.unit.module_harness import FakeCommands, ModuleHarness
-
-
-@pytest.fixture
-def lab(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPUOPS_LAB_ROOT", str(tmp_path))
-    return Lab(tmp_path)
-
-
-@pytest.fixture
-def harness(monkeypatch, lab):
-    return ModuleHarness(monkeypatch, commands=FakeCommands(fallback=lab.answer))
+from tests.unit.mig.test_gpu_mig_module import SIM
 
 
 def args(lab, **more):
