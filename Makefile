@@ -12,8 +12,6 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SCENARIO ?= default
 # Hosts of the window strategy's benchmark under `make bench BENCH_FLEET=1` (issue 17's fleet size).
 BENCH_FLEET_HOSTS ?= 1250
-# Molecule scenarios that `make test` runs (later issues append to this list).
-CI_SCENARIOS := $(strip $(shell cat extensions/molecule/ci-scenarios.txt 2>/dev/null | grep -v '^\#'))
 
 .PHONY: help venv units integration lint sanity test bench build docs lab lab-down molecule molecules clean
 
@@ -48,10 +46,8 @@ sanity: venv ## ansible-test sanity on a copy at ansible_collections/gpuops/clus
 
 test: lint sanity units integration molecules ## everything CI runs
 
-molecules: venv
-	@for s in $(CI_SCENARIOS); do start=$$(date +%s); \
-	  $(MAKE) --no-print-directory molecule SCENARIO=$$s || exit 1; \
-	  echo "molecule $$s: $$(( $$(date +%s) - start )) s"; done
+molecules: venv ## every CI scenario, in the lanes of extensions/molecule/ci-scenarios.txt
+	extensions/molecule/lab/bin/lab-lanes
 
 molecule: venv ## run one molecule scenario: make molecule SCENARIO=<name>
 	extensions/molecule/lab/bin/lab-prepare

@@ -63,6 +63,7 @@ to the halt are written to ``.lab/rolling_upgrade_measures.json`` for the issue'
 from __future__ import annotations
 
 import datetime
+import fcntl
 import json
 import os
 import subprocess
@@ -259,9 +260,12 @@ def overlapping(audit: dict, first: str, second: str) -> bool:
 
 
 def record(key: str, value) -> None:
-    measures = json.loads(MEASURES.read_text()) if MEASURES.exists() else {}
-    measures[key] = value
-    MEASURES.write_text(json.dumps(measures, indent=2, sort_keys=True) + "\n")
+    """Add one figure to the measures file; slurm_22_05 (another lane of CI) writes to it at the same time."""
+    with open(MEASURES.with_suffix(".lock"), "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        measures = json.loads(MEASURES.read_text()) if MEASURES.exists() else {}
+        measures[key] = value
+        MEASURES.write_text(json.dumps(measures, indent=2, sort_keys=True) + "\n")
 
 
 def event_time(run: PlaybookRun, task: str, host: str) -> datetime.datetime:
