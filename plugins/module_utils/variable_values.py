@@ -18,7 +18,7 @@ variable, shows the value as the operator wrote it, and says what to set.
 from __future__ import annotations
 
 from ansible.module_utils.common.parameters import DEFAULT_TYPE_VALIDATORS
-from ansible_collections.gpuops.cluster.plugins.module_utils.health import health_checks, thresholds
+from ansible_collections.gpuops.cluster.plugins.module_utils.health import pcie_link, thresholds
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import kernel_lockstep
 from ansible_collections.gpuops.cluster.plugins.module_utils.tuning import irq_affinity, kernel_cmdline, sysctl_profile
 
@@ -170,7 +170,7 @@ def _health_thresholds(value, _values):
 
 def _pcie_baseline(value, _values):
     try:
-        health_checks.pcie_baseline_by_bus(value)
+        pcie_link.pcie_baseline_by_bus(value)
     except ValueError as exc:
         return "%s, e.g. {'0000:18:00.0': {width: 16, gen: 5}}" % str(exc).replace("pcie_baseline: ", "")
     found = []

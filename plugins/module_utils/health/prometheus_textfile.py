@@ -11,7 +11,7 @@ command adds its run's duration.
 from __future__ import annotations
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import xid_catalog
-from ansible_collections.gpuops.cluster.plugins.module_utils.health.health_checks import STATUS_RANK
+from ansible_collections.gpuops.cluster.plugins.module_utils.health.check_record import STATUS_RANK
 
 _STATUS_VALUE = {"pass": 0, "warn": 1, "fail": 2, "skip": 3}
 
