@@ -16,10 +16,10 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.stack import (
     dcgm_exporter_dropin,
     package_index,
 )
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.matrix_schema import schema_errors
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import (
     StackMatrix,
     default_matrix,
-    schema_errors,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_resolver import resolve, violations
 from ansible_collections.gpuops.cluster.plugins.modules import node_stack

@@ -11,10 +11,10 @@ import datetime
 
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import image_cuda
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.matrix_schema import schema_errors
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import (
     StackMatrix,
     default_matrix,
-    schema_errors,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_resolver import resolve, violations
 

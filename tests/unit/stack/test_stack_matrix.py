@@ -6,13 +6,12 @@ import copy
 
 import pytest
 import yaml
+from ansible_collections.gpuops.cluster.plugins.module_utils.stack.matrix_schema import normalize_name, schema_errors
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import (
     DEFAULT_MATRIX_PATH,
     MatrixError,
     StackMatrix,
     load_matrix,
-    normalize_name,
-    schema_errors,
 )
 
 
