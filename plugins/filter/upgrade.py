@@ -24,20 +24,29 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
 PREFIX = "gpuops.cluster."
 
 
-def upgrade_window(hosts, settings=None, slurm=None, canary=None, now=None, maintenance=None, upgrade=None):
+def upgrade_window(
+    hosts, settings=None, slurm=None, canary=None, now=None, maintenance=None, upgrade=None, kubernetes=None
+):
     """The window's nodes and its preview for the plan-only run, with ``lines`` describing it for the operator.
 
     ``upgrade`` (the run's gpuops_upgrade_* settings) gives the window's settings through its drain adapter
     (``drain_adapter.window_settings``), instead of ``settings``, and the maintenance reservation unless given.
+    ``kubernetes`` (the Nodes k8s_info returned, with ``upgrade``) is read by the adapter as Slurm's fleet is.
     """
     try:
         now = time.time() if now is None else now
+        if kubernetes is not None and upgrade is None:
+            raise ValueError("kubernetes needs upgrade (the run's settings: the drain adapter and the reason prefix)")
         if upgrade is not None:
             if settings:
                 raise ValueError("set settings or upgrade, not both")
             settings = drain_adapter.window_settings(dict(upgrade))
             settings["deadline"] = upgrade_settings.deadline_at(upgrade.get("deadline"), now)
             maintenance = upgrade.get("maintenance_reservation") if maintenance is None else maintenance
+            names = [host.get("scheduler_name") or host.get("host") for host in hosts if isinstance(host, dict)]
+            slurm = drain_adapter.fleet(dict(upgrade), slurm, kubernetes, names)
+            if kubernetes is not None:
+                maintenance = None  # a Slurm reservation: Kubernetes has none (ignored there, as before the read)
         nodes = fleet_nodes.window_nodes(list(hosts), slurm, canary or (), maintenance or None)
         preview = window_preview.plan(nodes, settings or {}, now)
     except (TypeError, ValueError) as exc:

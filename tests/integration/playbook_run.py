@@ -192,11 +192,15 @@ def run_playbook(
     check: bool = False,
     limit: str | None = None,
     tags: str | None = None,
+    collections: tuple = (),
 ) -> PlaybookRun:
-    """Run ``playbook`` (relative to the repository root or absolute) against ``inventory``."""
+    """Run ``playbook`` (relative to the repository root or absolute) against ``inventory``.
+
+    ``collections``: more collection paths, before the repository's (a test double of a collection's module).
+    """
     envvars = {
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections"),
+        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join([*map(str, collections), str(REPO / ".collections")]),
         "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",

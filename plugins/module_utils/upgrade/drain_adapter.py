@@ -23,8 +23,11 @@ cordoned before the run, or cordoned again by someone else during it after our c
 mark was lifted (an operator who wants a node we cordoned kept cordoned removes the mark:
 ``kubectl annotate node NAME gpuops.cluster/cordon-``); it is left cordoned and reported, whatever
 the drain record says. A cordon of ours left by a run that lost its controller carries the mark,
-so the re-run takes it as ours and gives it back. A ``kubectl cordon`` of a node already
-cordoned changes nothing on the Node: that one cannot be told from ours.
+so the re-run takes it as ours: the plan's read of every Node (:func:`fleet`) resumes it (counted
+out of service from the start, taken first, upgraded or, on the target already, gated and given
+back), and counts a node cordoned by someone else out of service, never touched, as under Slurm.
+A ``kubectl cordon`` of a node already cordoned changes nothing on the Node: that one cannot be
+told from ours.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ K8S_DRAIN = "kubernetes.core.k8s_drain"
 K8S_PATCH = "kubernetes.core.k8s"
 # The Node annotation that says a cordon is ours: written before we cordon, removed when we uncordon (or find the
 # cordon is not ours any more). Its value is the reason prefix and the run, such as gpuops-upgrade[20261202T1030Z].
-K8S_MARK = "gpuops.cluster/cordon"
+K8S_MARK = kubernetes_node.MARK
 DEFAULT_PREFIX = "gpuops-upgrade"
 # upgrade_drain's own defaults (its documentation says the same; the rolling upgrade passes its run's values).
 DEFAULT_TIMEOUT = 3600
@@ -66,9 +69,10 @@ RECORD_KEYS = (
 )
 
 
-# What each adapter can do for the sliding window beyond taking a node out and giving it back. Only Slurm shows each
-# node's running job and when it ends (so the window reads the fleet again during the run) and drains a node ahead of
-# its slot (no new job; the running one finishes); Kubernetes and none do neither. Decided here, nowhere else.
+# What each adapter can do for the sliding window beyond taking a node out and giving it back. Slurm and Kubernetes
+# show the plan which nodes are out of service and whose drain or cordon holds them (:func:`fleet`); only Slurm shows
+# each node's running job and when it ends (so the window reads the fleet again during the run) and drains a node
+# ahead of its slot (no new job; the running one finishes); Kubernetes and none do neither. Decided here, nowhere else.
 FLEET_READERS = ("slurm",)
 AHEAD_DRAINERS = ("slurm",)
 # The window's settings that come from the run's gpuops_upgrade_* settings as they are (drain_ahead is the adapter's).
@@ -78,6 +82,22 @@ WINDOW_SETTINGS = ("max_unavailable", "per_domain", "partition_floor", "barrier"
 def reads_fleet(adapter) -> bool:
     """Whether the adapter's scheduler shows the fleet's jobs and their ends (the window reads it during the run)."""
     return adapter in FLEET_READERS
+
+
+def fleet(upgrade: dict, slurm=None, kubernetes=None, names=()) -> list | None:
+    """The plan's read of the fleet as the window's nodes take it (``slurm_fleet``'s ``nodes`` shape), None without.
+
+    ``slurm`` is what ``gpuops.cluster.slurm_fleet`` returned (taken as it is); ``kubernetes`` the Nodes
+    ``kubernetes.core.k8s_info kind=Node`` returned, read by ``kubernetes_node.survey`` for ``names`` (each host's
+    Node name) with the run's reason prefix: a cordon carrying our mark is ours (resumed), any other is someone
+    else's (not touched), a Node not Ready is down.
+    """
+    adapter = upgrade.get("drain")
+    if kubernetes is not None:
+        if adapter != "kubernetes" or slurm is not None:
+            raise ValueError("a read of Kubernetes Nodes is the kubernetes drain adapter's, got adapter %r" % adapter)
+        return kubernetes_node.survey(kubernetes, list(names), upgrade.get("reason_prefix") or DEFAULT_PREFIX)
+    return slurm
 
 
 def drains_ahead(adapter) -> bool:
@@ -347,17 +367,12 @@ def k8s_mark(req: dict) -> str:
 
 def k8s_marked(req: dict, node: dict) -> bool:
     """Whether the Node carries our mark (of any run with our reason prefix)."""
-    value = ((node.get("metadata") or {}).get("annotations") or {}).get(K8S_MARK)
-    prefix = req["reason_prefix"]
-    return isinstance(value, str) and (value == prefix or value.startswith(prefix + "["))
+    return kubernetes_node.marked(node, req["reason_prefix"])
 
 
 def k8s_cordon_owner(req: dict, node_result: dict) -> str:
     """Who holds the Node's cordon now: ``none`` (not cordoned), ``ours`` (cordoned, our mark on it) or ``other``."""
-    node = k8s_node_of(req, node_result)
-    if not kubernetes_node.cordon_state(node)["cordoned"]:
-        return "none"
-    return "ours" if k8s_marked(req, node) else "other"
+    return kubernetes_node.cordon_owner(k8s_node_of(req, node_result), req["reason_prefix"])
 
 
 def k8s_mark_args(req: dict, mark: bool) -> dict:

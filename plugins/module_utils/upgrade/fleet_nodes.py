@@ -27,6 +27,10 @@ of its slot (our reason ends with ``window_input.DRAIN_AHEAD_REASON``) still run
 held no slot: it starts drained ahead (``drained_ahead``), takes its slot first when its job
 ends. A node Slurm shows in service, with no drain of ours, has ``resume`` and ``drained_ahead``
 false: Slurm is the truth about it, whatever a previous run's journal says.
+
+With the Kubernetes adapter ``slurm`` is the plan's read of the Nodes (``kubernetes_node.survey``, the same shape):
+a cordon carrying our annotation is ``owner: ours`` and is resumed by the same rules, a cordon without it is
+``drained_by_others``, a Node not Ready is ``down``; no node is busy or in a reservation there.
 """
 
 from __future__ import annotations
@@ -65,14 +69,17 @@ def reserved_reasons(slurm, maintenance=None) -> dict:
 
 
 def unavailable_reasons(slurm) -> dict:
-    """Why each node drained by someone else or down is out of service, from Slurm, by node name."""
+    """Why each node drained (cordoned) by someone else or down is out of service, from its scheduler, by node name."""
     reasons = {}
     for entry in slurm or []:
         state = entry.get("state")
         if state == "drained_by_others":
             reasons[entry["name"]] = "drained by someone else (%s): not touched" % (entry.get("reason") or "no reason")
         elif state == "down":
-            reasons[entry["name"]] = "down in Slurm (%s): not touched" % (entry.get("reason") or "no reason")
+            reasons[entry["name"]] = "down in %s (%s): not touched" % (
+                entry.get("scheduler") or "Slurm",
+                entry.get("reason") or "no reason",
+            )
     return reasons
 
 
