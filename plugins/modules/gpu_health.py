@@ -519,26 +519,19 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
-from ansible_collections.gpuops.cluster.plugins.module_utils.file_reader import read_value
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import (
     gate_needs,
     health_checks,
-    health_state,
-    infiniband,
     kernel_log,
     metrics_file,
     node_history,
-    nvidia_smi_xml,
-    nvlink,
     prometheus_textfile,
     settle_wait,
     thresholds,
 )
-from ansible_collections.gpuops.cluster.plugins.module_utils.health.node_reader import (
-    SYSTEMD_STATES,
-    NodeReader,
-    nvswitch_devices,
-)
+from ansible_collections.gpuops.cluster.plugins.module_utils.health.node_reader import NodeReader
+from ansible_collections.gpuops.cluster.plugins.module_utils.health.settle_poll import wait_to_settle
+from ansible_collections.gpuops.cluster.plugins.module_utils.health.stored_history import judge_history
 
 
 def argument_spec():
@@ -588,72 +581,6 @@ def argument_spec():
         gate_needs=dict(type="list", elements="str", default=[], choices=list(gate_needs.LEVELS)),
         gate_tools_provided=dict(type="list", elements="str", default=[], choices=list(gate_needs.TOOLS)),
     )
-
-
-def judge_history(module, inputs, verdict, offline):
-    """The verdict with rates, repeats and baselines judged against the node-side command's state (read only)."""
-    params = module.params
-    state, note = health_state.HealthState(params["node_state"]).load(set_aside=False)  # the command owns it
-    if note:
-        module.warn("node_state: %s: error rates, Xid repeats and baselines not judged" % note)
-        return verdict
-    history_options = {
-        "rate_thresholds": params["rate_thresholds"],
-        "baseline_max_regression": params["baseline_max_regression"],
-        "fleet_nccl_busbw_gbps": params["fleet_nccl_busbw_gbps"],
-        "skip_checks": params["skip_checks"],
-        "boot_id": None if offline else read_value("/proc/sys/kernel/random/boot_id"),
-    }
-    verdict, _stored, _notes = node_history.judge(inputs, verdict, state, time.time(), history_options)
-    return verdict
-
-
-def wait_to_settle(module, reader):
-    """``(check, facts)``: polls until what comes up after a reboot is up, or ``settle_timeout`` runs out.
-
-    Each poll runs at most one ``nvidia-smi`` (``-q -x`` until the fabric is done, then ``nvlink -s``), ``systemctl
-    is-active nvidia-fabricmanager`` while it is not active, and reads InfiniBand sysfs; every command under
-    ``command_timeout`` (``reader.run``, listed in ``commands``). module_utils/health/settle_wait.py decides.
-    """
-    params = module.params
-    clock, sleep = time.monotonic, time.sleep
-    wait = settle_wait.SettleWait(
-        params["settle_timeout"], clock(), expected_nvlinks=params["expected_nvlinks"],
-        expected_ib_ports=params["expected_ib_ports"], expected_ib_port_count=params["expected_ib_port_count"],
-        skip=params["skip_checks"],
-    )  # fmt: skip
-    smi_path = params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi")
-    systemctl = module.get_bin_path("systemctl")
-    nvswitch = nvswitch_devices(reader.root)
-    while True:
-        read = wait.next_poll()
-        if read == "smi" and not smi_path:
-            wait.saw_smi(None, clock(), error="nvidia-smi not found")
-        elif read == "smi":
-            rc, out, err, _timed_out = reader.run([smi_path, "-q", "-x"])
-            smi = nvidia_smi_xml.parse(out) if "<nvidia_smi_log" in out else None
-            wait.saw_smi(smi, clock(), nvswitch, error="rc=%s: %s" % (rc, (err or out).strip()[:200]))
-        elif read == "nvlink":
-            rc, out, err, timed_out = reader.run([smi_path, "nvlink", "-s"])
-            status = nvlink.parse_status(out)
-            readable = not timed_out and (rc == 0 or status["gpus"])
-            wait.saw_nvlink(status if readable else None, clock(), error="rc=%s: %s" % (rc, (err or out).strip()[:200]))
-        if wait.wants("fabricmanager") and not systemctl:
-            wait.saw_fabricmanager(None, clock(), error="systemctl not found")
-        elif wait.wants("fabricmanager"):
-            rc, out, err, _timed_out = reader.run([systemctl, "is-active", "nvidia-fabricmanager"])
-            state = (out.strip().splitlines() or [""])[0]
-            wait.saw_fabricmanager(
-                state if state in SYSTEMD_STATES else None,
-                clock(),
-                error="rc=%s: %s" % (rc, (err or out).strip()[:200]),
-            )
-        if wait.wants("infiniband"):
-            wait.saw_infiniband(infiniband.read_ports(params["infiniband_root"] or reader.root), clock())
-        now = clock()
-        if wait.done(now):
-            return wait.check(now), wait.facts(now)
-        sleep(wait.pause(now))
 
 
 def main():
