@@ -13,7 +13,9 @@ names the variable and what to set:
 * with the ``upgrade`` check: the rolling upgrade's settings (``upgrade_settings``),
   and the rollback target ``gpuops_upgrade_previous_stack`` resolves for the host;
 * whenever ``gpuops_mig`` or ``gpuops_mig_config`` is set: the MIG layout fits the host's
-  GPU model (``mig.mig_layout``, against ``matrix/mig_profiles.yml``).
+  GPU model (``mig.mig_layout``, against ``matrix/mig_profiles.yml``);
+* whenever ``gpuops_mps`` is set: its settings, and no MPS on a GPU the MIG layout enables MIG on
+  (``mps.mps_settings``).
 
 A check that cannot run (no matrix, no GPU model) becomes a problem of its own, so
 one host's missing value never hides another host's problems.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from ansible_collections.gpuops.cluster.plugins.module_utils import variable_registry, variable_values
 from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_layout, mig_profiles
+from ansible_collections.gpuops.cluster.plugins.module_utils.mps import mps_settings
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack import stack_resolver
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import (
     MatrixError,
@@ -103,6 +106,28 @@ def _mig(values, checks):
     return mig_layout.problems(spec, config, gpu, matrix, profiles, report_unknown_gpu="stack" not in checks)
 
 
+def _model_device_ids(values):
+    """The PCI device ids of the host's GPU model (``0x233010de``), or None where they cannot be known."""
+    try:
+        entry = matrix_at(values.get("gpuops_matrix_path")).gpu(values.get("gpuops_gpu"))
+        if entry is None:
+            return None
+        chosen = mig_profiles.default_profiles().model(entry["key"], product=values["gpuops_gpu"]).get("set")
+    except (MatrixError, mig_profiles.MigProfilesError, TypeError, ValueError):
+        return None
+    return chosen["device_ids"] if chosen else None
+
+
+def _mps(values):
+    """Problems of the declared MPS (``gpuops_mps``), the MIG layout the host declares included."""
+    spec = values.get("gpuops_mps")
+    if spec is None or not isinstance(spec, dict):
+        return []  # variable_values names the wrong type
+    mig_spec, mig_config = values.get("gpuops_mig"), values.get("gpuops_mig_config")
+    device_ids = _model_device_ids(values) if mig_spec is not None else None
+    return mps_settings.problems(spec, values.get("gpuops_upgrade_drain"), mig_spec, mig_config, device_ids)
+
+
 def findings(
     values: dict,
     names=(),
@@ -139,6 +164,7 @@ def findings(
     )
     problems.extend(variable_values.problems(values, specs))
     problems.extend(_mig(values, checks))
+    problems.extend(_mps(values))
     warnings, resolved = [], None
     if "stack" in checks:
         stack_problems, warnings, resolved = _stack(values, os_name, os_version, read_error, checks, today)

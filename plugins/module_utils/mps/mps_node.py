@@ -1,0 +1,122 @@
+# Copyright: contributors to gpuops.cluster
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What one node runs for its declared MPS: the control daemons, their settings, and Slurm's gres/mps lines.
+
+Planned from the settings (``mps_settings.settings``) and one read of the node (``mig_state.node_state`` of
+``nvidia-smi -q -x``), on the controller. Each daemon is an instance of the unit ``gpuops-mps@.service``:
+
+- ``node`` (scheduler ``kubernetes`` or ``none``): one daemon for all MPS GPUs, started at boot, with
+  ``CUDA_MPS_PIPE_DIRECTORY`` the pipe directory;
+- one per MPS GPU, named by its index (scheduler ``slurm``): started by the Slurm Prolog for a job given gres/mps
+  on that GPU and stopped when the last such job ends or a job is given the whole GPU (gres.shtml "MPS
+  Management"; ``etc/prolog.example`` keys the daemon by ``CUDA_VISIBLE_DEVICES``), with a directory of its own
+  under the pipe and log directories, as ``etc/prolog.example`` gives each GPU its own.
+
+A daemon sees its GPUs through ``CUDA_VISIBLE_DEVICES`` set to their UUIDs (NVIDIA recommends UUIDs: indexes are
+remapped by the MPS server, "Appendix: Environment Variables", CUDA_VISIBLE_DEVICES), so its clients see them as
+devices 0, 1 ...; the default pinned memory limit is set for each of those (``set_default_device_pinned_mem_limit
+<dev> <value>``, NVIDIA/k8s-device-plugin ``cmd/mps-control-daemon/mps/daemon.go`` sends one per device). Both
+defaults are control commands sent after the daemon starts; NVIDIA: "The set value is lost if a quit command is
+executed", so every start sends them again.
+
+A GPU MPS would share that has MIG on now (current or pending) is refused: the declared layout is checked before
+any host is contacted, this checks the node as it is.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpuops.cluster.plugins.module_utils.mps.mps_settings import WHY_NOT_ON_MIG
+
+NODE_INSTANCE = "node"
+
+
+class MpsNodeError(ValueError):
+    """The node cannot take the declared MPS as it is; nothing is changed."""
+
+
+def mps_gpus(settings, gpus):
+    """The node's GPUs MPS shares, in index order; raises :class:`MpsNodeError` naming a missing or MIG GPU."""
+    by_index = {gpu["index"]: gpu for gpu in gpus}
+    wanted = sorted(by_index) if settings["devices"] == "all" else list(settings["devices"])
+    missing = [index for index in wanted if index not in by_index]
+    if missing:
+        raise MpsNodeError(
+            "gpuops_mps devices names GPU %s, which nvidia-smi does not list (GPUs %s): fix gpuops_mps devices"
+            % (", ".join(str(i) for i in missing), ", ".join(str(i) for i in sorted(by_index)) or "none")
+        )
+    chosen = [by_index[index] for index in wanted]
+    on_mig = [
+        gpu["index"] for gpu in chosen if (gpu.get("mig") or {}).get("current") or (gpu.get("mig") or {}).get("pending")
+    ]
+    if on_mig:
+        raise MpsNodeError(
+            "GPU %s has MIG enabled (current or pending), and gpuops_mps shares it by MPS: %s (scheduler %s); give "
+            "gpuops_mps devices only GPUs whose MIG is off, or disable MIG on them"
+            % (", ".join(str(i) for i in on_mig), WHY_NOT_ON_MIG[settings["scheduler"]], settings["scheduler"])
+        )
+    if not chosen:
+        raise MpsNodeError("nvidia-smi lists no GPU for gpuops_mps to share")
+    return chosen
+
+
+def control_commands(settings, device_count):
+    """The control commands a daemon of ``device_count`` GPUs is sent after it starts, in order."""
+    commands = []
+    if settings.get("active_thread_percentage") is not None:
+        commands.append("set_default_active_thread_percentage %d" % settings["active_thread_percentage"])
+    if settings.get("pinned_device_memory_limit"):
+        commands.extend(
+            "set_default_device_pinned_mem_limit %d %s" % (device, settings["pinned_device_memory_limit"])
+            for device in range(device_count)
+        )
+    return commands
+
+
+def _daemon(settings, name, chosen, subdirectory):
+    pipe = settings["pipe_directory"] + subdirectory
+    return {
+        "instance": name,
+        "unit": "gpuops-mps@%s.service" % name,
+        "gpus": [gpu["index"] for gpu in chosen],
+        "visible_devices": ",".join(gpu["uuid"] for gpu in chosen),
+        "pipe_directory": pipe,
+        "log_directory": settings["log_directory"] + subdirectory,
+        "commands": control_commands(settings, len(chosen)),
+    }
+
+
+def daemons(settings, chosen):
+    """The control daemons of the node: one for the node, or one per GPU under Slurm."""
+    if settings["scheduler"] == "slurm":
+        return [_daemon(settings, str(gpu["index"]), [gpu], "/%d" % gpu["index"]) for gpu in chosen]
+    return [_daemon(settings, NODE_INSTANCE, chosen, "")]
+
+
+def gres_lines(settings, chosen):
+    """gres.conf's gres/mps lines, one per MPS GPU by its device file (gres.conf(5): "each GPU would be identified
+    by device file using the File parameter and Count would specify the number of entries"); none off Slurm."""
+    if settings["scheduler"] != "slurm":
+        return []
+    lines = []
+    for gpu in chosen:
+        if gpu.get("minor") is None:
+            raise MpsNodeError("GPU %d: nvidia-smi -q -x gave no minor number (its /dev/nvidia<minor>)" % gpu["index"])
+        lines.append("Name=mps Count=%d File=/dev/nvidia%d" % (settings["slurm_count"], gpu["minor"]))
+    return lines
+
+
+def plan(settings, gpus):
+    """``{daemons, gres_lines, gres, gpus}`` for the node; ``gres`` is the gres/mps part of slurm.conf's Gres=."""
+    chosen = mps_gpus(settings, gpus)
+    lines = gres_lines(settings, chosen)
+    return {
+        "scheduler": settings["scheduler"],
+        "gpus": [gpu["index"] for gpu in chosen],
+        "daemons": daemons(settings, chosen),
+        "gres_lines": lines,
+        "gres": "mps:%d" % (settings["slurm_count"] * len(chosen)) if lines else "",
+        "directories": sorted(
+            {settings["pipe_directory"], settings["log_directory"]}
+            | {d[key] for d in daemons(settings, chosen) for key in ("pipe_directory", "log_directory")}
+        ),
+    }

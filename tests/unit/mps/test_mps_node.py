@@ -1,0 +1,105 @@
+"""One node's MPS daemons and gres/mps lines, planned from its real nvidia-smi -q -x (tests/fixtures/README.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.cluster.plugins.filter.mps import mps_node_plan, mps_settings
+from ansible_collections.gpuops.cluster.plugins.module_utils.mig.mig_state import node_state
+from ansible_collections.gpuops.cluster.plugins.module_utils.mps import mps_node
+from ansible_collections.gpuops.cluster.plugins.module_utils.mps.mps_settings import settings
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi"
+H100_8X = (FIXTURES / "h100-sxm-8x-healthy.xml").read_text()
+H200_MIG = (FIXTURES / "h200-1x-mig-3211.xml").read_text()
+H200 = (FIXTURES / "h200-1x-vm-idle.xml").read_text()
+UUID_0 = "GPU-1c7a6f02-8d2e-4b71-9a55-0e4f3b7c2d10"
+UUID_5 = "GPU-d7a3b5c9-0e2f-4168-a4d6-3b9f7c1e5a65"
+
+
+def test_kubernetes_gets_one_daemon_for_every_gpu_with_its_defaults_for_each_device():
+    plan = mps_node_plan(
+        mps_settings({"active_thread_percentage": 25, "pinned_device_memory_limit": "20G"}, "kubernetes"), H100_8X
+    )
+    assert plan["gpus"] == list(range(8))
+    assert plan["gres_lines"] == []
+    assert plan["gres"] == ""
+    (daemon,) = plan["daemons"]
+    assert daemon["unit"] == "gpuops-mps@node.service"
+    assert daemon["pipe_directory"] == "/run/nvidia-mps"
+    assert daemon["log_directory"] == "/var/log/nvidia-mps"
+    assert daemon["visible_devices"].split(",")[0] == UUID_0
+    assert len(daemon["visible_devices"].split(",")) == 8
+    assert daemon["commands"] == ["set_default_active_thread_percentage 25"] + [
+        "set_default_device_pinned_mem_limit %d 20G" % device for device in range(8)
+    ]
+    assert plan["directories"] == ["/run/nvidia-mps", "/var/log/nvidia-mps"]
+
+
+def test_without_defaults_no_command_is_sent():
+    plan = mps_node_plan(mps_settings({"devices": [5]}), H100_8X)
+    assert plan["daemons"][0]["commands"] == []
+    assert plan["daemons"][0]["visible_devices"] == UUID_5
+
+
+def test_slurm_gets_a_daemon_per_gpu_in_its_own_directories_and_a_gres_line_per_gpu():
+    plan = mps_node_plan(mps_settings({"devices": [0, 5], "pinned_device_memory_limit": "512M"}, "slurm"), H100_8X)
+    assert [d["unit"] for d in plan["daemons"]] == ["gpuops-mps@0.service", "gpuops-mps@5.service"]
+    five = plan["daemons"][1]
+    assert five["visible_devices"] == UUID_5
+    assert five["pipe_directory"] == "/run/nvidia-mps/5"
+    assert five["log_directory"] == "/var/log/nvidia-mps/5"
+    # the daemon sees its one GPU as device 0
+    assert five["commands"] == ["set_default_device_pinned_mem_limit 0 512M"]
+    assert plan["gres_lines"] == ["Name=mps Count=100 File=/dev/nvidia0", "Name=mps Count=100 File=/dev/nvidia5"]
+    assert plan["gres"] == "mps:200"
+    assert plan["directories"] == [
+        "/run/nvidia-mps",
+        "/run/nvidia-mps/0",
+        "/run/nvidia-mps/5",
+        "/var/log/nvidia-mps",
+        "/var/log/nvidia-mps/0",
+        "/var/log/nvidia-mps/5",
+    ]
+
+
+def test_the_gres_line_names_the_device_file_by_minor_number_not_by_index():
+    gpus = node_state(H100_8X)["gpus"]
+    gpus[1]["minor"], gpus[2]["minor"] = 2, 1
+    plan = mps_node.plan(settings({"devices": [1], "slurm_count": 400}, "slurm"), gpus)
+    assert plan["gres_lines"] == ["Name=mps Count=400 File=/dev/nvidia2"]
+    assert plan["gres"] == "mps:400"
+
+
+def test_a_gpu_with_mig_on_is_refused_on_the_node_as_it_is():
+    with pytest.raises(AnsibleFilterError) as caught:
+        mps_node_plan(mps_settings({}, "slurm"), H200_MIG)
+    assert "GPU 0 has MIG enabled (current or pending)" in str(caught.value)
+    assert "File=" in str(caught.value)
+    assert "nothing was changed" in str(caught.value)
+
+
+def test_mig_pending_alone_is_refused_too():
+    gpus = node_state(H200)["gpus"]
+    gpus[0]["mig"] = {"current": False, "pending": True}
+    with pytest.raises(mps_node.MpsNodeError, match="GPU 0 has MIG enabled"):
+        mps_node.plan(settings({}, "kubernetes"), gpus)
+    gpus[0]["mig"] = {"current": False, "pending": False}
+    assert mps_node.plan(settings({}, "kubernetes"), gpus)["gpus"] == [0]
+
+
+def test_a_gpu_the_node_does_not_have_is_named():
+    with pytest.raises(AnsibleFilterError, match=r"devices names GPU 8, 9, which nvidia-smi does not list \(GPUs 0, 1"):
+        mps_node_plan(mps_settings({"devices": [0, 8, 9]}), H100_8X)
+
+
+def test_unreadable_output_fails_closed():
+    with pytest.raises(AnsibleFilterError, match=r"gpuops\.cluster\.mps_node_plan"):
+        mps_node_plan(mps_settings({}), "<nvidia_smi_log></nvidia_smi_log>")
+
+
+def test_bad_settings_fail_in_the_filter_naming_the_key():
+    with pytest.raises(AnsibleFilterError, match=r"gpuops\.cluster\.mps_settings: gpuops_mps active_thread_percentage"):
+        mps_settings({"active_thread_percentage": 0})
