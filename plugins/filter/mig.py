@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_layout, mig_profiles
+from ansible_collections.gpuops.cluster.plugins.module_utils.mig import gres_sync, mig_layout, mig_profiles
 from ansible_collections.gpuops.cluster.plugins.module_utils.stack.stack_matrix import default_matrix
 
 
@@ -58,8 +58,22 @@ def mig_declared(spec, config, gpu):
     return {"config": config, "entries": [dict(entry) for entry in spec["mig-configs"][config]]}
 
 
+def slurm_gres_differs(slurm_gres, wanted):
+    """None when the node's gres as Slurm has it (``slurm_fleet``'s ``gres``) gives the GPUs ``wanted`` (the
+    ``Gres=`` gpuops.cluster.slurm_gres returned), else one line saying what differs (:mod:`gres_sync`)."""
+    if slurm_gres is not None and not isinstance(slurm_gres, str):
+        raise AnsibleFilterError("gpuops.cluster.slurm_gres_differs: give the node's gres as Slurm has it (a string)")
+    if not isinstance(wanted, str):
+        raise AnsibleFilterError("gpuops.cluster.slurm_gres_differs: give the Gres= slurm_gres returned (a string)")
+    return gres_sync.slurm_gres_differs(slurm_gres, wanted)
+
+
 class FilterModule:
     """gpuops.cluster MIG filters."""
 
     def filters(self):
-        return {"mig_profile_set": mig_profile_set, "mig_declared": mig_declared}
+        return {
+            "mig_profile_set": mig_profile_set,
+            "mig_declared": mig_declared,
+            "slurm_gres_differs": slurm_gres_differs,
+        }

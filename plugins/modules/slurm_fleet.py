@@ -127,6 +127,12 @@ nodes:
           its gres names no GPU.
       type: int
       sample: 8
+    gres:
+      description:
+        - The node's generic resources as Slurm has them (C(gres) of C(scontrol show nodes --json), with socket
+          bindings), null where Slurm gives none. gpuops.cluster.slurm_gres_differs compares it with a gres.conf's.
+      type: str
+      sample: gpu:h100:8(S:0-1)
     state:
       description: The planner's state of the node.
       type: str

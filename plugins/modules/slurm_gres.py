@@ -114,38 +114,18 @@ gres_changed:
   returned: always
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import use_c_locale
 from ansible_collections.gpuops.cluster.plugins.module_utils.managed_file import read_text, write_atomic
-from ansible_collections.gpuops.cluster.plugins.module_utils.mig import gres_conf_block, mig_gres, mig_run
-
-NVML_PLUGIN = "gpu_nvml.so"
-
-
-def nvml_installed(params):
-    if params["nvml"] != "auto":
-        return params["nvml"] == "always"
-    return any(os.path.exists(os.path.join(directory, NVML_PLUGIN)) for directory in params["plugin_dirs"])
+from ansible_collections.gpuops.cluster.plugins.module_utils.mig import gres_conf_block, gres_sync, mig_gres, mig_run
 
 
 def main():
     module = AnsibleModule(
         argument_spec={
-            "path": {"type": "path", "default": "/etc/slurm/gres.conf"},
-            "nvml": {"type": "str", "choices": ["auto", "always", "never"], "default": "auto"},
-            "plugin_dirs": {
-                "type": "list",
-                "elements": "path",
-                "default": [
-                    "/usr/lib/x86_64-linux-gnu/slurm-wlm",
-                    "/usr/lib/aarch64-linux-gnu/slurm-wlm",
-                    "/usr/lib64/slurm",
-                    "/usr/lib/slurm",
-                    "/usr/local/lib/slurm",
-                ],
-            },
+            "path": {"type": "path", "default": gres_sync.GRES_CONF},
+            "nvml": {"type": "str", "choices": list(gres_sync.NVML_MODES), "default": "auto"},
+            "plugin_dirs": {"type": "list", "elements": "path", "default": list(gres_sync.PLUGIN_DIRS)},
             "gpu_type": {"type": "str"},
             "node_names": {"type": "list", "elements": "str", "default": []},
             "nvidia_smi_path": {"type": "path"},
@@ -158,28 +138,17 @@ def main():
     params = module.params
     smi = params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", required=True)
     state = mig_run.Node(module, smi, params["command_timeout"]).state()
-    any_mig = any(gpu["mig"].get("current") for gpu in state["gpus"])
-    minors_text = read_text(params["mig_minors_path"], "") if any_mig else ""
-    nvml = nvml_installed(params)
-    try:
-        records = mig_gres.devices(state["gpus"], minors_text, params["gpu_type"])
-    except mig_gres.GresError as exc:
-        module.fail_json(msg="cannot name the node's GPUs for Slurm, nothing was changed: %s" % exc)
-    gres = mig_gres.node_gres(records)
-    lines = gres_conf_block.block(gres, mig_gres.gres_conf_lines(records, autodetect_nvml=nvml))
+    minors_text = read_text(params["mig_minors_path"], "") if gres_sync.any_mig(state["gpus"]) else ""
+    nvml = gres_sync.nvml_installed(params["nvml"], params["plugin_dirs"])
     before = read_text(params["path"], "")
     try:
-        after = gres_conf_block.merged(before, lines, params["node_names"])
+        planned = gres_sync.plan(state["gpus"], minors_text, nvml, params["gpu_type"], before, params["node_names"])
+    except mig_gres.GresError as exc:
+        module.fail_json(msg="cannot name the node's GPUs for Slurm, nothing was changed: %s" % exc)
     except gres_conf_block.BlockError as exc:
         module.fail_json(msg="%s: %s; nothing was changed" % (params["path"], exc))
-    changed = after != before
-    result = {
-        "changed": changed,
-        "lines": lines,
-        "gres": gres,
-        "nvml": nvml,
-        "gres_changed": gres_conf_block.recorded_gres(before) != gres,
-    }
+    after, changed = planned["after"], planned["changed"]
+    result = {"changed": changed, **{key: planned[key] for key in ("lines", "gres", "nvml", "gres_changed")}}
     if module._diff:
         result["diff"] = {
             "before_header": params["path"],

@@ -19,6 +19,13 @@ It fails closed, with one line saying what to do: exit :data:`EXIT_APPLIED` (0) 
 declared one (``--check``: is already), :data:`EXIT_NOT_APPLIED` (1) when it is not (refused for a GPU's processes,
 half applied, a step or the driver failed, a GPU waiting for a reboot, the CDI specification not regenerated, or
 with ``--check`` a change is due), :data:`EXIT_CONFIG` (2) when the layout file is missing or wrong.
+
+On a node that runs slurmd the layout file also holds ``slurm_gres`` (``gpuops.cluster.slurm_gres``'s options, keys
+:data:`GRES_KEYS`): once the layout is in place the command writes the node's block in gres.conf from the devices the
+boot left (:func:`sync_gres`, the module's flow, :mod:`gres_sync`), before slurmd starts (the unit is ordered
+``Before=slurmd.service``), so the GRES records slurmd reads at boot name the MIG devices the boot created. A block
+it cannot write (an operator's GPU line outside it, a device without its capability minor) fails the command (exit
+1, nothing written); ``--check`` fails where the block is not the one the devices give.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ import sys
 from ansible_collections.gpuops.cluster.plugins.module_utils.command_runner import run_bounded
 from ansible_collections.gpuops.cluster.plugins.module_utils.health import cdi_spec
 from ansible_collections.gpuops.cluster.plugins.module_utils.local_host import HostError, LocalHost
-from ansible_collections.gpuops.cluster.plugins.module_utils.mig import mig_run
+from ansible_collections.gpuops.cluster.plugins.module_utils.managed_file import read_text, replace_file
+from ansible_collections.gpuops.cluster.plugins.module_utils.mig import gres_conf_block, gres_sync, mig_gres, mig_run
 
 PROG = "gpuops-mig-apply"
 LAYOUT_PATH = "/etc/gpuops/mig-layout.json"
@@ -55,8 +63,18 @@ LAYOUT_KEYS = {
     "nvidia_smi_path": (None, str),
     "cdi_output": (CDI_OUTPUT, str),
     "nvidia_ctk": (None, str),
+    "slurm_gres": (None, dict),
 }
 RESETS = ("gpu", "reboot")
+# slurm_gres: the gpuops.cluster.slurm_gres options the boot writes gres.conf with (key: (default, type)).
+GRES_KEYS = {
+    "path": (gres_sync.GRES_CONF, str),
+    "nvml": ("auto", str),
+    "plugin_dirs": (list(gres_sync.PLUGIN_DIRS), list),
+    "gpu_type": (None, str),
+    "node_names": ([], list),
+    "mig_minors_path": (mig_gres.MIG_MINORS, str),
+}
 
 
 class LayoutError(Exception):
@@ -87,11 +105,59 @@ def load_layout(path):
         layout[key] = value
     if layout["reset"] not in RESETS:
         found.append("reset must be one of %s, not %r" % (", ".join(RESETS), layout["reset"]))
+    if isinstance(layout["slurm_gres"], dict):
+        layout["slurm_gres"] = _gres_options(layout["slurm_gres"], found)
     if not found:
         _profile_set, found = mig_run.problems(layout)
     if found:
         raise LayoutError("%s: %s" % (path, "; ".join(found)))
     return layout
+
+
+def _gres_options(given, found):
+    """``slurm_gres`` with its defaults filled; a wrong key or type is added to ``found``."""
+    found.extend(
+        "slurm_gres: unknown key %r (known: %s)" % (key, ", ".join(sorted(GRES_KEYS)))
+        for key in given
+        if key not in GRES_KEYS
+    )
+    options = {}
+    for key, (default, kind) in GRES_KEYS.items():
+        value = given.get(key, default)
+        if value is not None and not isinstance(value, kind):
+            found.append("slurm_gres: %s must be a %s, not %r" % (key, kind.__name__, value))
+        options[key] = value
+    if options["nvml"] not in gres_sync.NVML_MODES:
+        found.append("slurm_gres: nvml must be one of %s, not %r" % (", ".join(gres_sync.NVML_MODES), options["nvml"]))
+    return options
+
+
+def sync_gres(host, layout, check=False, exists=os.path.exists, write=replace_file):
+    """``(done, note)``: write the node's gres.conf block for the devices in place (``check``: only compare).
+
+    ``done`` False: the block could not be written, or with ``check`` it is not the one the devices give.
+    """
+    options = layout["slurm_gres"]
+    smi = layout["nvidia_smi_path"] or host.get_bin_path("nvidia-smi", required=True)
+    gpus = mig_run.Node(host, smi, layout["command_timeout"]).state()["gpus"]
+    minors = read_text(options["mig_minors_path"], "") if gres_sync.any_mig(gpus) else ""
+    nvml = gres_sync.nvml_installed(options["nvml"], options["plugin_dirs"], exists)
+    path = options["path"]
+    try:
+        planned = gres_sync.plan(gpus, minors, nvml, options["gpu_type"], read_text(path, ""), options["node_names"])
+    except (mig_gres.GresError, gres_conf_block.BlockError) as error:
+        return False, "gres.conf %s not written: %s" % (path, error)
+    gres = "Gres=%s" % planned["gres"]
+    if not planned["changed"]:
+        return True, "gres.conf %s holds this node's GPUs (%s)" % (path, gres)
+    if check:
+        return False, "gres.conf %s does not hold the devices in place (%s): run gpuops-mig-apply" % (path, gres)
+    try:
+        os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+        write(path, planned["after"], 0o644)
+    except OSError as error:
+        return False, "gres.conf %s not written: %s" % (path, error)
+    return True, "gres.conf %s written (%s)" % (path, gres)
 
 
 def nvidia_ctk(layout, exists=os.path.exists):
@@ -135,7 +201,7 @@ def run(layout, host, check=False, exists=os.path.exists):
     if check:
         if result["changed"]:
             return EXIT_NOT_APPLIED, "MIG layout %s is not the node's: %s" % (name, summary(result)), result
-        return EXIT_APPLIED, "MIG layout %s is the node's" % name, result
+        return _with_gres(host, layout, True, exists, "MIG layout %s is the node's" % name, result)
     if result["reboot_required"]:
         return (
             EXIT_NOT_APPLIED,
@@ -154,7 +220,21 @@ def run(layout, host, check=False, exists=os.path.exists):
         if not done:
             return EXIT_NOT_APPLIED, "%s, but the CDI specification was not regenerated: %s" % (line, note), result
         line = "%s; %s" % (line, note)
-    return EXIT_APPLIED, line, result
+    return _with_gres(host, layout, False, exists, line, result)
+
+
+def _with_gres(host, layout, check, exists, line, result):
+    """The run's end where the layout is in place: the gres.conf block too, on a node that runs slurmd."""
+    if not layout["slurm_gres"]:
+        return EXIT_APPLIED, line, result
+    try:
+        done, note = sync_gres(host, layout, check, exists)
+    except HostError as error:
+        done, note = False, "gres.conf not written: %s" % error
+    result["gres"] = note
+    if not done:
+        return EXIT_NOT_APPLIED, "%s, but %s" % (line, note), result
+    return EXIT_APPLIED, "%s; %s" % (line, note), result
 
 
 def main(argv=None, environ=None, runner=subprocess.run, out=None, err=None):

@@ -646,7 +646,7 @@ def survey(nodes_info: dict, job_ends: dict, names, prefix: str) -> list[dict]:
     ``nodes_info`` is :func:`parse_nodes_json`'s ``nodes``, ``job_ends`` :func:`job_ends`'s.
     Each node is ``{name, partitions, gpus, state, job_end}`` (the :mod:`window_input` fields
     Slurm knows; the caller adds ``domains``, ``canary`` and ``done``) and, for the report,
-    ``slurm_state`` (``idle+drain``), ``reason``, ``owner`` (of the drain: ``none``,
+    ``gres`` (as Slurm has it), ``slurm_state`` (``idle+drain``), ``reason``, ``owner`` (of the drain: ``none``,
     ``ours`` or ``other``) and ``reservation`` (its name, where Slurm gives it). ``state`` is:
 
     * ``down``: Slurm cannot reach the machine (``not_responding``, ``unknown``, ``future``,
@@ -678,6 +678,7 @@ def survey(nodes_info: dict, job_ends: dict, names, prefix: str) -> list[dict]:
                 "name": name,
                 "partitions": list(node.get("partitions") or []),
                 "gpus": NO_GPUS if gpus is None else gpus,
+                "gres": node.get("gres"),
                 "state": state,
                 "job_end": job_ends.get(name) if state == "busy" else None,
                 "slurm_state": slurm_state(node),

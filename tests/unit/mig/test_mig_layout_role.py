@@ -133,6 +133,13 @@ def test_the_installed_command_applies_the_layout_file_the_role_writes(installed
         "command_timeout": VARIABLES["mig_layout_command_timeout"],
         "nvidia_smi_path": str(SIM),
         "nvidia_ctk": str(tmp_path / "no-nvidia-ctk"),
+        # on a node that runs slurmd: the gres.conf block, written by the copied gres_sync at boot
+        "slurm_gres": {
+            "path": str(tmp_path / "slurm" / "gres.conf"),
+            "nvml": "never",
+            "node_names": ["gpu07"],
+            "mig_minors_path": str(node / "run/gpuops-lab/proc/driver/nvidia-caps/mig-minors"),
+        },
     }
     # the role's mig_layout_content names the same keys (and the command knows them all)
     assert set(VARIABLES["mig_layout_content"]) <= set(layout)
@@ -165,3 +172,5 @@ def test_the_installed_command_applies_the_layout_file_the_role_writes(installed
     )
     assert again.returncode == 0, again.stderr
     assert lab.layout()[sorted(lab.layout())[0]]["mig_devices"] == MIXED
+    assert "gres.conf %s holds this node's GPUs (Gres=gpu:1g.10gb:2," % layout["slurm_gres"]["path"] in again.stdout
+    assert (tmp_path / "slurm" / "gres.conf").read_text().count("MultipleFiles=/dev/nvidia0,") == 4

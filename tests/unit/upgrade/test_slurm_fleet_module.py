@@ -107,6 +107,7 @@ def test_surveys_the_fleet_in_one_node_and_one_job_query(
         "name": "node5",
         "partitions": ["gpu"],
         "gpus": 4,
+        "gres": "gpu:4",  # as Slurm has it (the captured output), for slurm_gres_differs
         "state": "drained_by_others",
         "job_end": None,
         "slurm_state": "idle+drain",

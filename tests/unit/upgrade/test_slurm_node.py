@@ -320,6 +320,7 @@ def test_survey_of_the_fixture_cluster(json_nodes):
         "name": "ru-node1",
         "partitions": ["gpu"],
         "gpus": 4,
+        "gres": "gpu:4",  # as Slurm has it (the captured output), for slurm_gres_differs
         "state": "busy",
         "job_end": 1796283600,
         "slurm_state": "mixed+drain",
