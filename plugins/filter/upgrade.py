@@ -51,9 +51,9 @@ def upgrade_window(
         preview = window_preview.plan(nodes, settings or {}, now)
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError("%supgrade_window: %s" % (PREFIX, exc)) from exc
-    preview["lines"] = window_preview.describe(preview)
-    preview["nodes"] = nodes
     by_scheduler = {host.get("scheduler_name") or host.get("host"): host.get("host") for host in hosts}
+    preview["lines"] = window_preview.describe(preview) + drain_adapter.fleet_lines(slurm, by_scheduler)
+    preview["nodes"] = nodes
     preview["unavailable_reasons"] = {
         by_scheduler.get(name, name): why for name, why in fleet_nodes.unavailable_reasons(slurm).items()
     }

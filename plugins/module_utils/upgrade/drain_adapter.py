@@ -100,6 +100,23 @@ def fleet(upgrade: dict, slurm=None, kubernetes=None, names=()) -> list | None:
     return slurm
 
 
+def fleet_lines(fleet, hosts: dict) -> list[str]:
+    """What the plan says about the fleet read beyond the window's lines (``hosts``: scheduler name -> host).
+
+    Kubernetes: Nodes in service that still carry our mark (someone uncordoned them after a run of ours). The run
+    does not take the mark off a node it does not upgrade: a cordon put there later by someone else would pass for
+    ours, so the plan names them and how to remove it.
+    """
+    stale = [entry["name"] for entry in fleet or [] if entry.get("stale_mark")]
+    if not stale:
+        return []
+    return [
+        "in service with our %s annotation left on (uncordoned by someone): %s; remove it (kubectl annotate node "
+        "NAME %s-), or a later cordon by someone else would pass for ours"
+        % (K8S_MARK, ", ".join("%s (Node %s)" % (hosts.get(name, name), name) for name in stale), K8S_MARK)
+    ]
+
+
 def drains_ahead(adapter) -> bool:
     """Whether the adapter can drain a node ahead of its slot (no new job while the running one finishes)."""
     return adapter in AHEAD_DRAINERS

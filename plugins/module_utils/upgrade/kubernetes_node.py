@@ -86,7 +86,8 @@ def _nodes_of(nodes) -> list[dict]:
 def survey(nodes, names, prefix: str) -> list[dict]:
     """The Nodes ``names`` as the window reads them, in the order given, each once (the shape of ``slurm_fleet``).
 
-    Each is ``{name, state, job_end, owner, reason, scheduler}``. ``owner`` is :func:`cordon_owner`'s. ``state``:
+    Each is ``{name, state, job_end, owner, reason, scheduler, stale_mark}``. ``owner`` is :func:`cordon_owner`'s;
+    ``stale_mark`` says the Node carries our mark without a cordon (uncordoned by someone else since). ``state``:
 
     * ``down``: the Node's ``Ready`` condition is not ``True`` (``Unknown``: the node controller no longer hears
       the kubelet; ``False``: the kubelet says it is not ready), whoever cordoned it; as Slurm's not responding.
@@ -125,9 +126,10 @@ def survey(nodes, names, prefix: str) -> list[dict]:
         else:
             state = "idle"
             reason = "cordoned by %s" % mark if owner == "ours" else None
-        fleet.append(
-            {"name": name, "state": state, "job_end": None, "owner": owner, "reason": reason, "scheduler": SCHEDULER}
-        )
+        entry = {"name": name, "state": state, "job_end": None, "owner": owner, "reason": reason}
+        # our mark with no cordon (someone uncordoned the node): a later cordon of someone else's would pass for ours
+        entry.update(scheduler=SCHEDULER, stale_mark=owner == "none" and marked(node, prefix))
+        fleet.append(entry)
     return fleet
 
 

@@ -61,6 +61,8 @@ def test_survey_reads_each_cordon_and_whose_it_is():
     assert fleet["gpu-a01"]["reason"] is None
     assert {entry["scheduler"] for entry in fleet.values()} == {"Kubernetes"}
     assert {entry["job_end"] for entry in fleet.values()} == {None}  # Kubernetes shows no job end
+    # our mark on a Node in service: a later cordon by someone else would pass for ours
+    assert [name for name in NAMES if fleet[name]["stale_mark"]] == ["gpu-a05"]
 
 
 def test_survey_takes_the_k8s_info_result_a_node_list_or_a_list_in_the_order_given():
@@ -115,6 +117,11 @@ def test_the_plan_resumes_our_cordons_and_counts_others_out_of_service():
     # max_unavailable 3: n03, n04 and n06 are out and n02 is resumed, so nothing else starts
     assert plan["first_window"] == ["n02"]
     assert "resumed first, out of service already (left by an earlier run): n02" in plan["lines"]
+    assert plan["lines"][-1] == (
+        "in service with our gpuops.cluster/cordon annotation left on (uncordoned by someone): n05 (Node gpu-a05); "
+        "remove it (kubectl annotate node NAME gpuops.cluster/cordon-), or a later cordon by someone else would pass "
+        "for ours"
+    )
 
 
 def test_a_node_on_the_target_that_our_cordon_still_holds_is_resumed_not_done():
@@ -154,6 +161,7 @@ def test_the_kubernetes_read_is_the_kubernetes_adapters():
     extra = [*hosts(), {"host": "n09", "scheduler_name": "gpu-a09"}]
     with pytest.raises(AnsibleFilterError, match="Kubernetes has no Node named gpu-a09"):
         upgrade.upgrade_window(extra, upgrade=run(), kubernetes=k8s_info()["resources"], now=0)
+    assert drain_adapter.fleet_lines([{"name": "node01", "state": "idle", "owner": "ours"}], {}) == []
     # without a read (the adapter none, or slurm with its own read) the fleet is what it was
     assert drain_adapter.fleet(run(drain="none"), None, None, NAMES) is None
     assert drain_adapter.fleet(run(drain="slurm"), [{"name": "x"}], None, NAMES) == [{"name": "x"}]

@@ -1,4 +1,3 @@
-#!/usr/bin/python
 # Copyright: contributors to gpuops.cluster
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A test double of kubernetes.core.k8s_info for the integration tests: no API server runs here.
