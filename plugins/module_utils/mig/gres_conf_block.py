@@ -62,12 +62,13 @@ def _expand(value):
     return names
 
 
-def conflicts(lines, node_names):
-    """The operator's lines that give this node's GPUs to Slurm another way (outside the block)."""
+def conflicts(lines, node_names, pattern=None):
+    """The operator's lines that give this node's GPUs to Slurm another way (outside the block); ``pattern``, another
+    GRES's lines (role mps: ``Name=mps``)."""
     found = []
     for line in lines:
         code = line.split("#", 1)[0]
-        if _GPU.search(code) and _applies_here(code, node_names):
+        if (pattern or _GPU).search(code) and _applies_here(code, node_names):
             found.append(line.strip())
     return found
 

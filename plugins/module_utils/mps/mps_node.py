@@ -25,9 +25,15 @@ any host is contacted, this checks the node as it is.
 
 from __future__ import annotations
 
+import re
+
+from ansible_collections.gpuops.cluster.plugins.module_utils.mig import gres_conf_block
 from ansible_collections.gpuops.cluster.plugins.module_utils.mps.mps_settings import WHY_NOT_ON_MIG
 
 NODE_INSTANCE = "node"
+# The marked block of gres.conf the role writes (ansible.builtin.blockinfile's marker, {mark}: BEGIN or END).
+GRES_MARKER = "# {mark} gpuops.cluster: the gres/mps of this node (role mps; do not edit)"
+_MPS_LINE = re.compile(r"(?:^|\s)name\s*=\s*mps\b", re.IGNORECASE)
 
 
 class MpsNodeError(ValueError):
@@ -105,16 +111,42 @@ def gres_lines(settings, chosen):
     return lines
 
 
-def plan(settings, gpus):
-    """``{daemons, gres_lines, gres, gpus}`` for the node; ``gres`` is the gres/mps part of slurm.conf's Gres=."""
+def gres_conflicts(text, node_names):
+    """The ``Name=mps`` lines of gres.conf outside the block that apply to this node (``NodeName=`` hostlists
+    expanded, as slurm_gres reads the file): with the block's lines Slurm would count this node's MPS twice."""
+    begin, end = GRES_MARKER.replace("{mark}", "BEGIN"), GRES_MARKER.replace("{mark}", "END")
+    outside, inside = [], False
+    for line in (text or "").splitlines():
+        if line == begin:
+            inside = True
+        elif line == end and inside:
+            inside = False
+        elif not inside:
+            outside.append(line)
+    return gres_conf_block.conflicts(outside, node_names, _MPS_LINE)
+
+
+def plan(settings, gpus, gres_conf="", node_names=()):
+    """``{daemons, gres_lines, gres, gpus, ...}`` for the node; ``gres`` is the gres/mps part of slurm.conf's Gres=.
+
+    ``gres_conf``: the node's gres.conf (Slurm only), whose ``Name=mps`` lines for this node (``node_names``) outside
+    the block are refused, naming them.
+    """
     chosen = mps_gpus(settings, gpus)
     lines = gres_lines(settings, chosen)
+    clash = gres_conflicts(gres_conf, node_names) if lines else []
+    if clash:
+        raise MpsNodeError(
+            "gres.conf already gives this node's gres/mps outside the block the role mps writes: %s; remove these "
+            "lines (the block holds this node's gres/mps lines)" % " | ".join(clash)
+        )
     return {
         "scheduler": settings["scheduler"],
         "gpus": [gpu["index"] for gpu in chosen],
         "daemons": daemons(settings, chosen),
         "gres_lines": lines,
         "gres": "mps:%d" % (settings["slurm_count"] * len(chosen)) if lines else "",
+        "gres_marker": GRES_MARKER,
         "directories": sorted(
             {settings["pipe_directory"], settings["log_directory"]}
             | {d[key] for d in daemons(settings, chosen) for key in ("pipe_directory", "log_directory")}

@@ -103,3 +103,31 @@ def test_unreadable_output_fails_closed():
 def test_bad_settings_fail_in_the_filter_naming_the_key():
     with pytest.raises(AnsibleFilterError, match=r"gpuops\.cluster\.mps_settings: gpuops_mps active_thread_percentage"):
         mps_settings({"active_thread_percentage": 0})
+
+
+GRES_CONF = """AutoDetect=nvml
+NodeName=gpu[01-04] Name=mps Count=400
+# BEGIN gpuops.cluster: the gres/mps of this node (role mps; do not edit)
+Name=mps Count=100 File=/dev/nvidia0
+# END gpuops.cluster: the gres/mps of this node (role mps; do not edit)
+"""
+
+
+def test_a_gres_mps_line_of_this_node_outside_the_block_is_refused_naming_it():
+    with pytest.raises(AnsibleFilterError) as caught:
+        mps_node_plan(mps_settings({"devices": [0]}, "slurm"), H100_8X, GRES_CONF, ["gpu03"])
+    assert "outside the block the role mps writes: NodeName=gpu[01-04] Name=mps Count=400" in str(caught.value)
+
+
+def test_the_blocks_own_lines_and_other_nodes_lines_are_no_conflict():
+    plan = mps_node_plan(mps_settings({"devices": [0]}, "slurm"), H100_8X, GRES_CONF, ["gpu05"])
+    assert plan["gres_lines"] == ["Name=mps Count=100 File=/dev/nvidia0"]
+    assert plan["gres_marker"].replace("{mark}", "BEGIN") in GRES_CONF.splitlines()
+    # off Slurm gres.conf is not the role's: nothing in it is judged
+    assert mps_node_plan(mps_settings({"devices": [0]}, "none"), H100_8X, GRES_CONF, ["gpu03"])["gres_lines"] == []
+
+
+def test_a_commented_out_line_is_no_conflict():
+    text = "# Name=mps Count=400\nName=gpu File=/dev/nvidia0  # Name=mps\n"
+    assert mps_node.gres_conflicts(text, ["gpu01"]) == []
+    assert mps_node.gres_conflicts("name = MPS count=200\n", ["gpu01"]) == ["name = MPS count=200"]
