@@ -23,6 +23,7 @@ import fnmatch
 import gzip
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -184,7 +185,7 @@ def expand(spec: dict) -> list[dict]:
     fabricmanager`` are left out for a release whose ``fm_revision`` is null.
     """
     packages = []
-    for release in spec["driver_releases"]:
+    for release in spec.get("driver_releases", []):
         values = {k: str(v) for k, v in release.items() if k != "packages"}
         revision = str(release.get("revision", "1"))
         values["version"] = f"{release['driver']}-{revision}"
@@ -214,7 +215,8 @@ def expand(spec: dict) -> list[dict]:
                 "provides": item.get("provides", []),
                 "conflicts": item.get("conflicts", []),
                 "contents": item.get("contents", []),
-                "values": {"driver": item["version"].split(":")[-1].split("-")[0]},
+                # a kernel package's release (kver) for its contents (kernel_packages.py)
+                "values": {"driver": item["version"].split(":")[-1].split("-")[0], **item.get("values", {})},
             }
         )
     names = [(p["name"], p["version"]) for p in packages]
@@ -259,6 +261,14 @@ def add_service(staging: Path, unit: str, description: str, daemon: dict, after:
     write(staging / "DEBIAN/postrm", MAINTSCRIPT.format(stop=""), 0o755)
 
 
+def kernel_packages():
+    """kernel_packages.py beside this file: the stand-in kernels and the NVIDIA module's DKMS source."""
+    spec = importlib.util.spec_from_file_location("kernel_packages", HERE / "kernel_packages.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def stage_contents(staging: Path, package: dict) -> None:
     values = package["values"]
     driver = values.get("driver", "")
@@ -274,6 +284,12 @@ def stage_contents(staging: Path, package: dict) -> None:
         elif content in ("kernel-open", "kernel-proprietary"):
             flavour = content.split("-", 1)[1]
             write(staging / "usr/share/gpuops-lab/kernel-module.json", json.dumps({"flavour": flavour}) + "\n")
+        elif content == "dkms-source":
+            kernel_packages().stage_dkms_source(staging, driver)
+        elif content == "linux-image":
+            kernel_packages().stage_image(staging, values["kver"])
+        elif content in ("linux-headers", "linux-headers-build-fails"):
+            kernel_packages().stage_headers(staging, values["kver"], build_fails=content.endswith("-build-fails"))
         elif content == "persistenced":
             precheck = "/usr/bin/nvidia-smi -L >/dev/null 2>&1 || true"
             daemon = {
