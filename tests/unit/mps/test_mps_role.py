@@ -138,7 +138,7 @@ def slurm_node(tmp_path):
 
     def run(hook, **environment):
         env = {"PATH": os.environ["PATH"], **environment}
-        return subprocess.run(["bash", str(hooks[hook])], env=env, capture_output=True, text=True, check=False)
+        return subprocess.run([str(hooks[hook])], env=env, capture_output=True, text=True, check=False)
 
     def called():
         return calls.read_text().splitlines() if calls.exists() else []
