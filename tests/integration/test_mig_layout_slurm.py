@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 import yaml
@@ -41,9 +42,9 @@ class Node:
         self.state.write_text(json.dumps({"nodes": {"gpu07": slurm_node}, "jobs": [], "log": []}))
         script = tools / "slurm.py"
         script.write_text(
-            (STATEFUL_SLURM % {"python": "/usr/bin/env python3", "state": str(self.state)})
-            .replace("#!/usr/bin/env python3", "#!%s" % os.environ.get("PYTHON", "/usr/bin/env python3"), 1)
-            .replace('"gres": "gpu:8"', '"gres": node.get("gres")')
+            (STATEFUL_SLURM % {"python": sys.executable, "state": str(self.state)}).replace(
+                '"gres": "gpu:8"', '"gres": node.get("gres")'
+            )
         )
         script.chmod(0o755)
         for command in ("scontrol", "squeue", "sinfo"):

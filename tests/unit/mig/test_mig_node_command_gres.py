@@ -8,7 +8,9 @@ import json
 from ansible_collections.gpuops.cluster.plugins.module_utils.mig import gres_conf_block
 
 from tests.unit.mig.test_gpu_mig_module import MIXED, gpu0
-from tests.unit.mig.test_mig_node_command import command, node, write_layout  # noqa: F401  (node: a fixture)
+
+# node: the fixture of the command tests, used by name
+from tests.unit.mig.test_mig_node_command import command, node, write_layout  # noqa: F401  # pylint: disable=unused-import
 
 
 def gres_options(lab, **more):
