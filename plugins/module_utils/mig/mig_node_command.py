@@ -193,7 +193,8 @@ def run(layout, host, check=False, exists=os.path.exists):
     """``(exit code, line, result)`` of one run on the node."""
     name = layout["config_name"]
     try:
-        result, failure = mig_run.apply(host, layout, check_mode=check)
+        # the unit's command: the GPU clients it stopped are ordered after the unit, so their start is queued
+        result, failure = mig_run.apply(host, dict(layout, start_no_block=True), check_mode=check)
     except HostError as error:
         return EXIT_NOT_APPLIED, "MIG layout %s not applied: %s" % (name, error), {}
     if failure:

@@ -207,8 +207,12 @@ def apply(host, params, check_mode=False, diff=False):
     except StepFailed as exc:
         failure = exc
     finally:
+        # --no-block from the boot unit's command: a GPU client ordered after that unit (DCGM, its exporter) would
+        # wait for the unit's start, which waits for this command: deadlocked until the unit's start timeout
+        # (seen in the lab on `systemctl restart gpuops-mig-layout.service`); queued, it starts once the unit has.
+        start = [systemctl, "start", "--no-block"] if params.get("start_no_block") else [systemctl, "start"]
         for unit in reversed(stopped):
-            rc, out, err = run_bounded(host, [systemctl, "start", unit], "start " + unit, node.timeout)
+            rc, out, err = run_bounded(host, [*start, unit], "start " + unit, node.timeout)
             if rc != 0:
                 restart_failures.append("%s (systemctl start exited %d: %s)" % (unit, rc, (err or out).strip()))
     result["commands"] = node.commands

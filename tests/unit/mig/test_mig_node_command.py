@@ -198,3 +198,20 @@ def test_a_wrong_layout_file_is_a_configuration_error(node, content, message):
     assert err.startswith("gpuops-mig-apply: %s: " % path)
     assert message in err
     assert not os.path.exists(node.root / "run/gpuops-lab/mig/instances.json")
+
+
+def test_the_gpu_clients_it_stops_are_started_again_without_waiting_on_the_unit(node):
+    """Run by the boot unit (or its restart on a node in service): nvidia-dcgm and the exporter are ordered after the
+    unit, so a blocking ``systemctl start`` of them would wait for the unit's start, which waits for the command
+    (the lab's restart of the unit hung until its start timeout). The start is queued with --no-block."""
+    tool(
+        node.root.parent / "bin" / "systemctl",
+        node.log,
+        'if [ "$1" = is-active ]; then shift; for unit in "$@"; do '
+        '[ "$unit" = nvidia-dcgm.service ] && echo active || echo inactive; done; fi',
+    )
+    path = write_layout(node, gpu0(MIXED), stop_services=["nvidia-dcgm.service", "nvidia-dcgm-exporter.service"])
+    code, out, err = command(node, path)
+    assert (code, err) == (0, ""), out
+    calls = tool_calls(node, "systemctl")
+    assert calls[1:] == ["stop nvidia-dcgm.service", "start --no-block nvidia-dcgm.service"], calls
