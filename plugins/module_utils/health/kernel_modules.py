@@ -123,6 +123,12 @@ def installed_kernels(root="/"):
     return sorted(kernels, key=version_key)
 
 
+def has_build_tree(root, kver):
+    """Whether ``/lib/modules/<kver>/build`` (the kernel's headers, which its headers package links there) is a
+    directory: what ``dkms build`` needs, and says is missing when it is not."""
+    return os.path.isdir(under(root, MODULES_DIR, kver, "build"))
+
+
 def module_files(root, kver):
     """The NVIDIA driver module files of kernel ``kver`` (paths relative to its modules directory).
 
@@ -182,7 +188,10 @@ def read(root="/"):
     kernels = installed_kernels(root)
     return with_commands(
         {
-            "kernels": [{"kernel": kver, "module_files": module_files(root, kver)} for kver in kernels],
+            "kernels": [
+                {"kernel": kver, "module_files": module_files(root, kver), "headers": has_build_tree(root, kver)}
+                for kver in kernels
+            ],
             "running": running_kernel(root),
             "loaded": module_loaded(root),
             "dkms_modules": dkms_driver_modules(root),
@@ -220,6 +229,11 @@ def _dkms_entries(reading, kver=None):
     return [entry for entry in entries if entry["kernel"] in (None, kver)]
 
 
+def _headers_of(reading, kver):
+    """Whether the reading found kernel ``kver``'s build tree (False when it was not read: older readings)."""
+    return any(entry.get("headers") for entry in reading["kernels"] if entry["kernel"] == kver)
+
+
 def _fix(reading, kver):
     """Why kernel ``kver`` has no module, as far as DKMS tells, and the fix."""
     if not reading["dkms_modules"] and not _dkms_entries(reading):
@@ -245,6 +259,12 @@ def _fix(reading, kver):
             autoinstall,
         )
         broken = []
+    elif reading.get("dkms") is not None and _headers_of(reading, kver):
+        fix = (
+            "DKMS did not build it although its headers are installed: run %s and read the build's make.log under "
+            "/var/lib/dkms; a driver that does not build on this kernel needs another driver release, or remove the "
+            "kernel" % autoinstall
+        )
     elif reading.get("dkms") is not None:
         fix = "DKMS did not build it: %s, then run %s" % (headers, autoinstall)
     else:

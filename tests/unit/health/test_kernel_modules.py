@@ -227,6 +227,23 @@ def test_older_dkms_format_without_a_build_for_the_next_kernel(tmp_path):
     assert "dkms install nvidia/580.95.05 -k 6.1.0-28-amd64" in checks[1]["detail"]
 
 
+def test_a_failed_build_with_the_headers_installed_asks_for_the_build_log_not_the_headers(tmp_path):
+    # the same node, and 6.1.0-29's headers are installed (its build tree is there): the build itself failed
+    kernels = [OLD, RUNNING, NEW, "6.1.0-29-amd64"]
+    root = make_node(tmp_path, kernels, {OLD: [DKMS_KO], RUNNING: [DKMS_KO]}, dkms=["nvidia"], running=RUNNING)
+    (tmp_path / "lib/modules/6.1.0-29-amd64/build").mkdir()
+    reading = kernel_modules.with_commands(
+        kernel_modules.read(root), dkms_status=dkms_text("dkms-2.8.4-old-format.txt")
+    )
+    checks, _verdict = judged(reading)
+    assert checks[0]["status"] == "fail"
+    assert (
+        "has no NVIDIA module: DKMS did not build it although its headers are installed: run dkms autoinstall -k "
+        "6.1.0-29-amd64 and read the build's make.log under /var/lib/dkms" in checks[0]["detail"]
+    )
+    assert "install its headers" not in checks[0]["detail"]
+
+
 def test_a_broken_dkms_module_is_named_with_its_fix(tmp_path):
     root = make_node(tmp_path, [RUNNING, NEW], {RUNNING: [DKMS_KO]}, dkms=["nvidia"], running=RUNNING)
     broken_only = dkms_text("dkms-3.4.3-broken-and-built.txt").splitlines()[0] + "\n"  # nvidia/580.105.08: broken
