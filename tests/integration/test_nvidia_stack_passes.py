@@ -29,7 +29,7 @@ def passes(tmp_path_factory):
 
 
 def test_a_later_pass_counts_no_reboot_removal_or_load_failure_of_an_earlier_one(passes):
-    shown = passes.results_for(play=PLAY, task="Show both reports")[0].result["msg"]
+    shown = passes.results_for(play=PLAY, task="Show the reports")[0].result["msg"]
     for report in (shown["first"], shown["second"]):
         assert report["rebooted"] is False
         assert report["removed"] == []
@@ -37,6 +37,16 @@ def test_a_later_pass_counts_no_reboot_removal_or_load_failure_of_an_earlier_one
         assert report["reboot_reasons"] == []
         assert report["changed_components"] == []
     assert shown["plan"] == CONVERGED
+
+
+def test_a_kernel_moved_without_a_reboot_is_reported_pending_naming_the_kernel(passes):
+    report = passes.results_for(play=PLAY, task="Show the reports")[0].result["msg"]["kernel_moved"]
+    assert (report["reboot_required"], report["reboot_reasons"]) == (True, ["kernel_moved"])
+    # skipped in the two passes, said after the third report
+    said = passes.results_for(play=PLAY, task="Say that a reboot is pending")
+    assert [result.event for result in said] == ["runner_on_skipped", "runner_on_skipped", "runner_on_ok"]
+    said = said[-1:]
+    assert "It boots into kernel 6.1.0-56-amd64, whose NVIDIA module was verified." in said[0].result["msg"]
 
 
 def test_each_pass_reads_the_node_once_and_plans_nothing_on_it(passes):
