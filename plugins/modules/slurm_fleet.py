@@ -141,7 +141,8 @@ nodes:
     job_end:
       description:
         - With RV(nodes[].state=busy), when the last job on the node ends, in epoch seconds; null when a job has no
-          known end (no time limit) or no job was listed. A job past its end (completing) gives RV(now).
+          known end (no time limit). A job past its end (completing) gives RV(now), and so does a node busy in
+          Slurm's node read that no job of its job read holds (the job ended between the two reads).
         - Null for every other state.
       type: int
       sample: 1796283600
@@ -319,7 +320,7 @@ def main():
     except slurm_node.SlurmParseError as exc:
         module.fail_json(msg=str(exc), stdout=out, cmd=squeue_argv)
 
-    fleet = slurm_node.survey(nodes_info, slurm_node.job_ends(jobs, now), names, params["reason_prefix"])
+    fleet = slurm_node.survey(nodes_info, slurm_node.job_ends(jobs, now), names, params["reason_prefix"], now)
     module.exit_json(changed=False, nodes=fleet, now=now, slurm=slurm)
 
 

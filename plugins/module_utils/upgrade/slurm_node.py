@@ -640,7 +640,7 @@ def survey_state(node: dict, has_job: bool, prefix: str) -> str:
     return "idle"
 
 
-def survey(nodes_info: dict, job_ends: dict, names, prefix: str) -> list[dict]:
+def survey(nodes_info: dict, job_ends: dict, names, prefix: str, now=None) -> list[dict]:
     """The nodes ``names`` as the window planner reads them, in the order given, each once.
 
     ``nodes_info`` is :func:`parse_nodes_json`'s ``nodes``, ``job_ends`` :func:`job_ends`'s.
@@ -655,6 +655,9 @@ def survey(nodes_info: dict, job_ends: dict, names, prefix: str) -> list[dict]:
     * ``drained_by_others``: drained with a reason that is not ours.
     * ``busy``: a job holds the node (squeue lists one, or sinfo says ``allocated``,
       ``mixed`` or ``completing``); ``job_end`` is when its last job ends, None when unknown.
+      A node sinfo shows busy that no job of the job read holds had its job end between the
+      two reads (seen in the lab: a job ending as the window read the fleet): its end is
+      ``now`` when given, not unknown, which would defer the node for the rest of the run.
     * ``idle`` otherwise.
 
     A drain that is ours (``reason_run_id`` matches ``prefix``: left by an aborted earlier
@@ -680,7 +683,7 @@ def survey(nodes_info: dict, job_ends: dict, names, prefix: str) -> list[dict]:
                 "gpus": NO_GPUS if gpus is None else gpus,
                 "gres": node.get("gres"),
                 "state": state,
-                "job_end": job_ends.get(name) if state == "busy" else None,
+                "job_end": job_ends.get(name, now) if state == "busy" else None,
                 "slurm_state": slurm_state(node),
                 "reason": node.get("reason"),
                 "owner": ownership(node, prefix),

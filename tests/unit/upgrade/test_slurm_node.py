@@ -384,6 +384,23 @@ def test_survey_classifies_every_situation():
     assert fleet["asleep"]["slurm_state"] == "idle+powered_down"
 
 
+def test_a_node_busy_in_sinfo_whose_job_left_the_job_read_ends_now_not_never():
+    """The window reads nodes, then jobs: a job that ends between the two leaves the node allocated or completing with
+    no job holding it. Seen in the lab: the node was deferred as "no known end" the moment its job ended."""
+    nodes = _sinfo(
+        {"name": "ended", "state": "allocated", "gres": "gpu:8"},
+        {"name": "cg1", "state": "idle", "state_flags": ["COMPLETING"], "gres": "gpu:8"},
+        {"name": "unlimited", "state": "mixed", "gres": "gpu:8"},
+    )
+    now = 1796281000.5
+    fleet = {n["name"]: n for n in slurm_node.survey(nodes, {"unlimited": None}, list(nodes), PREFIX, now)}
+    assert {name: (n["state"], n["job_end"]) for name, n in fleet.items()} == {
+        "ended": ("busy", now),
+        "cg1": ("busy", now),
+        "unlimited": ("busy", None),  # a job the read lists without a known end stays unknown
+    }
+
+
 def test_survey_keeps_the_order_given_and_lists_a_node_once(json_nodes):
     fleet = slurm_node.survey(json_nodes, {}, ["ru-node4", "ru-node2", "ru-node4"], PREFIX)
     assert [n["name"] for n in fleet] == ["ru-node4", "ru-node2"]
