@@ -115,7 +115,7 @@ def test_a_node_in_service_is_drained_changed_and_given_back_then_left_alone(tmp
     assert node.slurm()["log"] == []  # check mode: no drain
     assert not node.conf.exists()
     assert node.mig_devices() == {}
-    predicted = checked.results_for(task="Drain the node in Slurm before its MIG layout changes, and wait for its jobs")
+    predicted = checked.results_for(task="Drain the node in Slurm before the change, and wait for its jobs")
     assert predicted[0].changed is True
 
     run = node.run()

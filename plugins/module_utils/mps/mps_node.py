@@ -34,6 +34,7 @@ NODE_INSTANCE = "node"
 # The marked block of gres.conf the role writes (ansible.builtin.blockinfile's marker, {mark}: BEGIN or END).
 GRES_MARKER = "# {mark} gpuops.cluster: the gres/mps of this node (role mps; do not edit)"
 _MPS_LINE = re.compile(r"(?:^|\s)name\s*=\s*mps\b", re.IGNORECASE)
+_COUNT = re.compile(r"(?:^|\s)count\s*=\s*(\d+)\b", re.IGNORECASE)
 
 
 class MpsNodeError(ValueError):
@@ -111,23 +112,50 @@ def gres_lines(settings, chosen):
     return lines
 
 
-def gres_conflicts(text, node_names):
-    """The ``Name=mps`` lines of gres.conf outside the block that apply to this node (``NodeName=`` hostlists
-    expanded, as slurm_gres reads the file): with the block's lines Slurm would count this node's MPS twice."""
+def _split(text):
+    """``(outside, block)``: gres.conf's lines outside the role's block, and the block's lines (markers left out)."""
     begin, end = GRES_MARKER.replace("{mark}", "BEGIN"), GRES_MARKER.replace("{mark}", "END")
-    outside, inside = [], False
+    outside, block, inside = [], [], False
     for line in (text or "").splitlines():
         if line == begin:
             inside = True
         elif line == end and inside:
             inside = False
-        elif not inside:
+        elif inside:
+            block.append(line)
+        else:
             outside.append(line)
-    return gres_conf_block.conflicts(outside, node_names, _MPS_LINE)
+    return outside, block
+
+
+def gres_conflicts(text, node_names):
+    """The ``Name=mps`` lines of gres.conf outside the block that apply to this node (``NodeName=`` hostlists
+    expanded, as slurm_gres reads the file): with the block's lines Slurm would count this node's MPS twice."""
+    return gres_conf_block.conflicts(_split(text)[0], node_names, _MPS_LINE)
+
+
+def gres_total(lines):
+    """The gres/mps of slurm.conf's Gres= that gres.conf ``lines`` give (``mps:400``), "" for none."""
+    counts = [int(match.group(1)) for match in (_COUNT.search(line) for line in lines) if match]
+    return "mps:%d" % sum(counts) if counts else ""
+
+
+def gres_change(text, lines):
+    """``{changed, gres_before}``: whether the block of gres.conf ``text`` is not ``lines`` (its records, their
+    counts or device files change), and the gres/mps the block gives now.
+
+    gres.conf(5): "Drain a node before changing the count of records with File parameters (e.g. gpu, mps, shard)";
+    a changed Count= or device file changes what slurmd reports too. So any change of the block's lines is one the
+    node is drained for, and no other change of the role is (directories, defaults, hooks leave the block alone).
+    """
+    block = _split(text)[1]
+    return {"changed": block != list(lines), "gres_before": gres_total(block)}
 
 
 def plan(settings, gpus, gres_conf="", node_names=()):
-    """``{daemons, gres_lines, gres, gpus, ...}`` for the node; ``gres`` is the gres/mps part of slurm.conf's Gres=.
+    """``{daemons, gres_lines, gres, gpus, ...}`` for the node; ``gres`` is the gres/mps part of slurm.conf's Gres=,
+    ``gres_changed`` whether the block of ``gres_conf`` changes (the node is drained for it), ``gres_before`` the
+    gres/mps the block gives now.
 
     ``gres_conf``: the node's gres.conf (Slurm only), whose ``Name=mps`` lines for this node (``node_names``) outside
     the block are refused, naming them.
@@ -140,12 +168,15 @@ def plan(settings, gpus, gres_conf="", node_names=()):
             "gres.conf already gives this node's gres/mps outside the block the role mps writes: %s; remove these "
             "lines (the block holds this node's gres/mps lines)" % " | ".join(clash)
         )
+    change = gres_change(gres_conf, lines) if lines else {"changed": False, "gres_before": ""}
     return {
         "scheduler": settings["scheduler"],
         "gpus": [gpu["index"] for gpu in chosen],
         "daemons": daemons(settings, chosen),
         "gres_lines": lines,
-        "gres": "mps:%d" % (settings["slurm_count"] * len(chosen)) if lines else "",
+        "gres": gres_total(lines),
+        "gres_changed": change["changed"],
+        "gres_before": change["gres_before"],
         "gres_marker": GRES_MARKER,
         "directories": sorted(
             {settings["pipe_directory"], settings["log_directory"]}

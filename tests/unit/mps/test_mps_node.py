@@ -131,3 +131,48 @@ def test_a_commented_out_line_is_no_conflict():
     text = "# Name=mps Count=400\nName=gpu File=/dev/nvidia0  # Name=mps\n"
     assert mps_node.gres_conflicts(text, ["gpu01"]) == []
     assert mps_node.gres_conflicts("name = MPS count=200\n", ["gpu01"]) == ["name = MPS count=200"]
+
+
+# The drain decision (roles/mps tasks/slurm_gres.yml): the node is drained where the block's lines change, only then.
+def test_the_same_block_is_no_change_and_needs_no_drain():
+    plan = mps_node_plan(mps_settings({"devices": [0]}, "slurm"), H100_8X, GRES_CONF, ["gpu05"])
+    assert (plan["gres_changed"], plan["gres_before"], plan["gres"]) == (False, "mps:100", "mps:100")
+
+
+def test_a_changed_count_is_a_change_naming_the_count_before():
+    plan = mps_node_plan(mps_settings({"devices": [0], "slurm_count": 200}, "slurm"), H100_8X, GRES_CONF, ["gpu05"])
+    assert (plan["gres_changed"], plan["gres_before"], plan["gres"]) == (True, "mps:100", "mps:200")
+
+
+def test_another_gpu_is_a_change_of_the_records_at_the_same_count_per_gpu():
+    plan = mps_node_plan(mps_settings({"devices": [0, 5]}, "slurm"), H100_8X, GRES_CONF, ["gpu05"])
+    assert (plan["gres_changed"], plan["gres_before"], plan["gres"]) == (True, "mps:100", "mps:200")
+
+
+def test_a_first_block_is_a_change_from_no_mps():
+    plan = mps_node_plan(mps_settings({"devices": [0]}, "slurm"), H100_8X, "AutoDetect=nvml\n", ["gpu05"])
+    assert (plan["gres_changed"], plan["gres_before"]) == (True, "")
+    assert mps_node_plan(mps_settings({"devices": [0]}, "slurm"), H100_8X, "", ["gpu05"])["gres_changed"] is True
+
+
+def test_settings_outside_the_block_are_no_change():
+    spec = {"devices": [0], "log_directory": "/var/log/mps-b", "pipe_directory": "/run/mps-b"}
+    spec.update(active_thread_percentage=30, pinned_device_memory_limit="4G")
+    plan = mps_node_plan(mps_settings(spec, "slurm"), H100_8X, GRES_CONF, ["gpu05"])
+    assert plan["gres_changed"] is False
+
+
+def test_off_slurm_nothing_is_drained_for():
+    plan = mps_node_plan(mps_settings({"devices": [0]}, "kubernetes"), H100_8X, GRES_CONF, ["gpu05"])
+    assert (plan["gres_changed"], plan["gres_before"]) == (False, "")
+
+
+def test_a_block_edited_by_hand_is_a_change():
+    edited = GRES_CONF.replace("Count=100 File=/dev/nvidia0", "Count=100 File=/dev/nvidia0 Flags=env_uuid")
+    assert mps_node.gres_change(edited, ["Name=mps Count=100 File=/dev/nvidia0"]) == {
+        "changed": True,
+        "gres_before": "mps:100",
+    }
+    assert mps_node.gres_total(["Name=mps count = 50 File=/dev/nvidia0", "Name=mps Count=25 File=/dev/nvidia1"]) == (
+        "mps:75"
+    )
