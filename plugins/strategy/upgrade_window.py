@@ -45,7 +45,10 @@ description:
     Slurm node name, C(interval) in seconds, C(options) more options of C(gpuops.cluster.slurm_fleet), C(become)), the
     window reads the fleet again (C(gpuops.cluster.slurm_fleet), one node query and one job query, delegated to the
     Slurm controller) after each release and, while nodes wait, whenever its last read is C(interval) seconds old; one
-    read at a time, run as a task of a waiting host (which holds no other fork) and only when a fork is free. A waiting
+    read at a time, run as a task of a waiting host (which holds no other fork) and only when a fork is free. With
+    C(adapter=kubernetes) (and C(reason_prefix)) the read is C(kubernetes.core.k8s_info) C(kind=Node) (C(options) its
+    options, such as C(kubeconfig)), delegated to the Kubernetes API client; which module reads and what its answer
+    means is the drain adapter's (C(module_utils/upgrade/drain_adapter.py)). A waiting
     node that gained a job waits for it, one whose job ended early goes sooner, one drained, downed or reserved by
     someone else leaves the plan (drained or down, it counts as out of service). The nodes still waiting for their jobs
     are deferred only on a read newer than the last release. A failed read is retried at the next occasion; the window
@@ -90,7 +93,7 @@ FORK_WAIT = 5
 # s between looks while nothing runs and the window waits for jobs to end (before its deadline)
 JOB_WAIT_POLL = 1.0
 display = Display()
-REFRESH_TASK = "Read the fleet again for the window (gpuops.cluster.slurm_fleet)"
+REFRESH_TASK = "Read the fleet again for the window (%s)"  # the drain adapter's module
 DRAIN_AHEAD_TASK = "Drain the node ahead of its slot (gpuops.cluster.slurm_drain)"
 UNDRAIN_TASK = "Give the node drained ahead back to its scheduler (gpuops.cluster.slurm_drain)"
 
@@ -368,9 +371,8 @@ class StrategyModule(FreeStrategyModule):
             return False  # every waiting host runs a drain ahead or its give-back: the read waits for one
         host = free[0]
         schedule.started(now, why)
-        self._refresh_task = self._queue_own_task(
-            iterator, host, REFRESH_TASK, "gpuops.cluster.slurm_fleet", run.refresh_args(), run.refresh
-        )
+        action, args = run.refresh_task()
+        self._refresh_task = self._queue_own_task(iterator, host, REFRESH_TASK % action, action, args, run.refresh)
         self._refresh_host = host
         return True
 

@@ -40,6 +40,7 @@ SLURM_DRAIN = "gpuops.cluster.slurm_drain"
 K8S_INFO = "kubernetes.core.k8s_info"
 K8S_DRAIN = "kubernetes.core.k8s_drain"
 K8S_PATCH = "kubernetes.core.k8s"
+SLURM_FLEET = "gpuops.cluster.slurm_fleet"
 # The Node annotation that says a cordon is ours: written before we cordon, removed when we uncordon (or find the
 # cordon is not ours any more). Its value is the reason prefix and the run, such as gpuops-upgrade[20261202T1030Z].
 K8S_MARK = kubernetes_node.MARK
@@ -70,18 +71,58 @@ RECORD_KEYS = (
 
 
 # What each adapter can do for the sliding window beyond taking a node out and giving it back. Slurm and Kubernetes
-# show the plan which nodes are out of service and whose drain or cordon holds them (:func:`fleet`); only Slurm shows
-# each node's running job and when it ends (so the window reads the fleet again during the run) and drains a node
-# ahead of its slot (no new job; the running one finishes); Kubernetes and none do neither. Decided here, nowhere else.
-FLEET_READERS = ("slurm",)
+# show the plan which nodes are out of service and whose drain or cordon holds them (:func:`fleet`), and the window
+# reads that again during the run (:func:`fleet_read_task`, :func:`fleet_read`): Slurm's nodes and jobs, every
+# Kubernetes Node's cordon and Ready condition. Only Slurm shows each node's running job and when it ends, and drains
+# a node ahead of its slot (no new job; the running one finishes); Kubernetes and none do neither. Decided here,
+# nowhere else.
+FLEET_READERS = ("slurm", "kubernetes")
 AHEAD_DRAINERS = ("slurm",)
 # The window's settings that come from the run's gpuops_upgrade_* settings as they are (drain_ahead is the adapter's).
 WINDOW_SETTINGS = ("max_unavailable", "per_domain", "partition_floor", "barrier", "max_job_wait")
 
 
 def reads_fleet(adapter) -> bool:
-    """Whether the adapter's scheduler shows the fleet's jobs and their ends (the window reads it during the run)."""
+    """Whether the window reads the adapter's scheduler again during the run (its nodes' states; Slurm's jobs too)."""
     return adapter in FLEET_READERS
+
+
+def fleet_reader(refresh: dict) -> str:
+    """The adapter whose scheduler the window's ``refresh`` reads (``adapter``; without it, ``slurm``)."""
+    adapter = refresh.get("adapter") or "slurm"
+    if adapter not in FLEET_READERS:
+        raise ValueError("refresh.adapter is %r: set one of %s" % (adapter, ", ".join(FLEET_READERS)))
+    return adapter
+
+
+def fleet_read_task(refresh: dict) -> tuple[str, dict]:
+    """The module and arguments of one read of the fleet during the run, from the window's ``refresh``.
+
+    Slurm: ``gpuops.cluster.slurm_fleet`` for the run's nodes (one node query and one job query). Kubernetes:
+    ``kubernetes.core.k8s_info kind=Node``, every Node in one call, as the plan reads them.
+    """
+    if fleet_reader(refresh) == "kubernetes":
+        return K8S_INFO, dict(refresh.get("options") or {}, kind="Node")
+    return SLURM_FLEET, dict(refresh.get("options") or {}, nodes=sorted(set(refresh["names"].values())))
+
+
+def fleet_read(refresh: dict, result: dict) -> list:
+    """What one read of the fleet during the run (:func:`fleet_read_task`) returned, as ``slurm_fleet``'s ``nodes``.
+
+    Kubernetes: the Nodes read by ``kubernetes_node.survey`` with the run's reason prefix, as the plan reads them
+    (cordoned by someone else: ``drained_by_others``; not Ready: ``down``; our cordon: ours). Raises ValueError when
+    the result is no answer (no nodes, a Node of the run missing): the window then keeps its last view.
+    """
+    if fleet_reader(refresh) == "kubernetes":
+        nodes = result.get("resources")
+        if not isinstance(nodes, list):
+            raise ValueError("the read returned no Nodes")
+        names = [scheduler_name or host for host, scheduler_name in refresh["names"].items()]
+        return kubernetes_node.survey(nodes, names, refresh.get("reason_prefix") or DEFAULT_PREFIX)
+    nodes = result.get("nodes")
+    if not isinstance(nodes, list):
+        raise ValueError("the read returned no nodes")
+    return nodes
 
 
 def fleet(upgrade: dict, slurm=None, kubernetes=None, names=()) -> list | None:
@@ -130,13 +171,17 @@ def window_settings(upgrade: dict) -> dict:
     return window
 
 
-def window_run(preview: dict, upgrade: dict, delegate_to: str, names: dict, run_id: str, journal: dict) -> dict:
+def window_run(
+    preview: dict, upgrade: dict, delegate_to: str, names: dict, run_id: str, journal: dict, kubeconfig=None
+) -> dict:
     """What the strategy gpuops.cluster.upgrade_window builds its one window from (``window_slot.WINDOW_KEYS``).
 
     ``preview`` is the plan's (``window_preview.plan`` with ``nodes``), ``upgrade`` the run's settings, ``delegate_to``
-    the host that runs the adapter's commands (the Slurm controller), ``names`` each inventory host's scheduler name.
-    With an adapter that reads the fleet the window reads it again during the run (``refresh``); with one that drains
-    ahead and ``drain_ahead`` above 0, it drains the nodes next in line ahead of their slot (``drain_ahead``).
+    the host that runs the adapter's commands (the Slurm controller, the Kubernetes API client), ``names`` each
+    inventory host's scheduler name, ``kubeconfig`` the Kubernetes reads' (``gpuops_upgrade_kubeconfig``; None: the
+    module's default). With an adapter that reads the fleet the window reads it again during the run (``refresh``);
+    with one that drains ahead and ``drain_ahead`` above 0, it drains the nodes next in line ahead of their slot
+    (``drain_ahead``).
     """
     adapter, prefix = upgrade.get("drain"), upgrade.get("reason_prefix") or DEFAULT_PREFIX
     refresh = None
@@ -147,6 +192,10 @@ def window_run(preview: dict, upgrade: dict, delegate_to: str, names: dict, run_
             "interval": int(upgrade.get("refresh_interval")),
             "options": {"reason_prefix": prefix},
         }
+        if adapter == "kubernetes":
+            # k8s_info kind=Node takes no reason prefix: the survey of its answer does (fleet_read)
+            options = {"kubeconfig": kubeconfig} if kubeconfig else {}
+            refresh.update(adapter=adapter, reason_prefix=prefix, options=options)
     ahead = None
     if drains_ahead(adapter) and int(upgrade.get("drain_ahead") or 0) > 0:
         ahead = {

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
+    drain_adapter,
     fleet_refresh,
     run_journal,
     upgrade_settings,
@@ -233,31 +234,33 @@ class RunState:
             or not isinstance(refresh.get("names"), dict)
         ):
             raise ValueError(
-                "refresh must be {delegate_to: the Slurm controller host, names: {inventory host: Slurm node name}, "
-                "interval: seconds, options: slurm_fleet options}, got %r" % (refresh,)
+                "refresh must be {delegate_to: the Slurm controller host (the Kubernetes API client), names: "
+                "{inventory host: scheduler node name}, interval: seconds, options: options of the read's module, "
+                "adapter: slurm (default) or kubernetes}, got %r" % (refresh,)
             )
         options = refresh.get("options") or {}
         if not isinstance(options, dict):
-            raise ValueError("refresh.options must be a dict of gpuops.cluster.slurm_fleet options, got %r" % options)
+            raise ValueError("refresh.options must be a dict of the read's module options, got %r" % options)
+        drain_adapter.fleet_reader(refresh)  # an adapter that reads no fleet is refused here
         self.schedule = fleet_refresh.RefreshSchedule(
             refresh.get("interval", upgrade_settings.DEFAULTS["refresh_interval"]), now
         )
         self.refresh = dict(refresh, options=options)
 
-    def refresh_args(self) -> dict:
-        """The arguments of a read of the fleet (gpuops.cluster.slurm_fleet)."""
-        return dict(self.refresh["options"], nodes=sorted(set(self.refresh["names"].values())))
+    def refresh_task(self) -> tuple[str, dict]:
+        """The module and arguments of a read of the fleet (the drain adapter's: drain_adapter.fleet_read_task)."""
+        return drain_adapter.fleet_read_task(self.refresh)
 
     def refreshed(self, data: dict):
         """A read came back (its result ``data``): the window takes what changed; the read is recorded either
-        way."""
+        way. A read that failed, or whose answer the adapter cannot read, changes nothing."""
         now = time.time()
-        nodes = data.get("nodes")
-        if data.get("failed") or data.get("unreachable") or not isinstance(nodes, list):
-            read = self.schedule.finished(now, False, error=data.get("msg") or "the read returned no nodes")
+        if data.get("failed") or data.get("unreachable"):
+            read = self.schedule.finished(now, False, error=data.get("msg") or "the read failed without a message")
             self.write("refresh", **read)
             return
         try:
+            nodes = drain_adapter.fleet_read(self.refresh, data)
             observed, reasons = fleet_refresh.observations(nodes, self.refresh["names"])
             changes = self.window.observe(observed, now, reasons)
         except ValueError as error:

@@ -409,7 +409,10 @@ def test_the_lookup_gives_the_command_lines_strings_as_their_types():
 def test_only_the_adapter_that_drains_ahead_may_have_drain_ahead():
     """The decision is the drain adapter's (drain_adapter.drains_ahead), the check names what to set."""
     assert [adapter for adapter in drain_adapter.ADAPTERS if drain_adapter.drains_ahead(adapter)] == ["slurm"]
-    assert [adapter for adapter in drain_adapter.ADAPTERS if drain_adapter.reads_fleet(adapter)] == ["slurm"]
+    assert [adapter for adapter in drain_adapter.ADAPTERS if drain_adapter.reads_fleet(adapter)] == [
+        "slurm",
+        "kubernetes",
+    ]
     for adapter in ("kubernetes", "none"):
         (found,) = problems({"drain": adapter, "drain_ahead": 2})
         assert found.startswith("gpuops_upgrade_drain_ahead is 2 but gpuops_upgrade_drain is %s" % adapter)
