@@ -52,13 +52,14 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg="gpuops.cluster.upgrade_drain: %s" % exc)
             return result
 
+        started_at = time.time()  # the controller's clock: the node's record times its drain by these
         if req["adapter"] == "slurm":
             out = self._slurm(req, task_vars)
         elif req["adapter"] == "kubernetes":
             out = self._kubernetes(req, task_vars)
         else:
             out = drain_adapter.none_record(req)
-        result.update(out)
+        result.update(out, started_at=started_at, ended_at=time.time())
         if not result.get("failed"):
             result["msg"] = drain_adapter.summary(result, self._task.check_mode)
         return result

@@ -3,12 +3,14 @@
 """Filters of the rolling upgrade (playbooks/rolling_upgrade.yml).
 
 Documentation for each filter lives in the sidecar YAML next to this file
-(upgrade_window.yml, upgrade_window_run.yml, upgrade_decision.yml, upgrade_survey.yml, upgrade_plan_lines.yml,
-upgrade_run_report.yml, upgrade_stack_fact.yml, upgrade_report.yml, upgrade_drain_record.yml).
+(upgrade_window.yml, upgrade_window_run.yml, upgrade_plan.yml, upgrade_decision.yml, upgrade_survey.yml,
+upgrade_plan_lines.yml, upgrade_run_report.yml, upgrade_stack_fact.yml, upgrade_report.yml, upgrade_drain_record.yml).
 """
 
 from __future__ import annotations
 
+import datetime
+import os
 import time
 
 from ansible.errors import AnsibleFilterError
@@ -62,13 +64,60 @@ def upgrade_window(
     return preview
 
 
-def upgrade_window_run(window, upgrade, delegate_to, names, run_id, journal):
+def upgrade_window_run(window, upgrade, delegate_to, names, run_id, journal, kubeconfig=None):
     """What the strategy builds its one window from: the plan's nodes and settings, and the adapter's reads of the
-    fleet and drains ahead."""
+    fleet (with ``kubeconfig`` for the Kubernetes API) and drains ahead."""
     try:
-        return drain_adapter.window_run(dict(window), dict(upgrade), delegate_to, dict(names), run_id, dict(journal))
+        return drain_adapter.window_run(
+            dict(window), dict(upgrade), delegate_to, dict(names), run_id, dict(journal), kubeconfig
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError("%supgrade_window_run: %s" % (PREFIX, exc)) from exc
+
+
+def upgrade_plan(
+    hosts,
+    upgrade,
+    slurm=None,
+    kubernetes=None,
+    canary=None,
+    delegate_to="localhost",
+    names=None,
+    run_id=None,
+    report_path=None,
+    journal_path=None,
+    cwd=".",
+    journal_target=None,
+    kubeconfig=None,
+    now=None,
+):
+    """The run's plan, made once: its id and start, the window (``upgrade_window``), what the strategy builds its
+    window from (``upgrade_window_run``), and where the report and the journal go.
+
+    ``run_id`` defaults to the start's UTC time (``%Y%m%dT%H%M%SZ``); ``report_path`` to
+    ``gpuops-upgrade-<run id>.json`` in ``cwd``; ``journal_path`` to ``gpuops-upgrade-<run id>.journal.jsonl``
+    beside the report. ``kubeconfig`` is the Kubernetes adapter's, for its reads of the fleet during the run.
+    """
+    now = time.time() if now is None else now
+    window = upgrade_window(hosts, slurm=slurm, canary=canary, now=now, upgrade=upgrade, kubernetes=kubernetes)
+    run_id = str(run_id) if run_id else time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    report_path = report_path or os.path.join(cwd or ".", "gpuops-upgrade-%s.json" % run_id)
+    journal_name = "gpuops-upgrade-%s.journal.jsonl" % run_id
+    journal_path = journal_path or os.path.join(os.path.dirname(report_path), journal_name)
+    journal = {
+        "path": journal_path,
+        "run_id": run_id,
+        "target": journal_target,
+        "resume": (upgrade or {}).get("resume_journal"),
+    }
+    return {
+        "run_id": run_id,
+        "started_at": datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isoformat(),
+        "window": window,
+        "run": upgrade_window_run(window, upgrade, delegate_to, names or {}, run_id, journal, kubeconfig),
+        "report_path": report_path,
+        "journal_path": journal_path,
+    }
 
 
 def upgrade_decision(stack_facts, health=None, fact=None, kernel=None):
@@ -117,8 +166,12 @@ def upgrade_run_report(nodes, run_id, window, upgrade, started_at, finished_at, 
 
 
 def upgrade_stack_fact(fact, target, step, run_id, now, result=None, fallback_previous=None):
-    """The content of the gpuops_stack local fact before (``begin``) or after (``finish``) a node's change."""
+    """The content of the gpuops_stack local fact before (``begin``) or after (``finish``) a node's change.
+
+    ``now`` is an ISO 8601 time, or epoch seconds (written as ISO 8601, UTC)."""
     try:
+        if isinstance(now, (int, float)) and not isinstance(now, bool):
+            now = datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isoformat()
         if step == "begin":
             return upgrade_record.begin(fact, target or {}, run_id, now, fallback_previous)
         if step == "finish":
@@ -170,6 +223,7 @@ class FilterModule:
         return {
             "upgrade_window": upgrade_window,
             "upgrade_window_run": upgrade_window_run,
+            "upgrade_plan": upgrade_plan,
             "upgrade_decision": upgrade_decision,
             "upgrade_survey": upgrade_survey,
             "upgrade_plan_lines": upgrade_plan_lines,

@@ -393,6 +393,18 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+started_at:
+  description:
+    - When the check began, epoch seconds on the node's clock (before any settle wait); the rolling upgrade's record
+      times its gate by it and RV(ended_at).
+  returned: success
+  type: float
+  sample: 1796280060.2
+ended_at:
+  description: When the verdict was reached, epoch seconds on the node's clock.
+  returned: success
+  type: float
+  sample: 1796280071.8
 healthy:
   description: True when no check failed.
   returned: always
@@ -585,6 +597,7 @@ def argument_spec():
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    started_at = time.time()
     use_c_locale(module)
     params = module.params
     offline = bool(params["nvidia_smi_xml"])
@@ -628,6 +641,7 @@ def main():
         commands=reader.commands,
         mode="offline" if offline else "live",
         level=params["level"],
+        started_at=started_at,
     )
     if settle:
         result["settle"] = settle[1]
@@ -646,6 +660,7 @@ def main():
                 "before_header": params["prometheus_textfile"],
                 "after_header": params["prometheus_textfile"],
             }
+    result["ended_at"] = time.time()
     if params["fail_on_unhealthy"] and not verdict["healthy"]:
         failed = verdict["summary"]["failed"]
         module.fail_json(

@@ -178,6 +178,16 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+started_at:
+  description: When the task began, epoch seconds on the controller's clock (the rolling upgrade times the drain by it).
+  returned: when the request was valid
+  type: float
+  sample: 1796280012.6
+ended_at:
+  description: When the task ended, epoch seconds on the controller's clock.
+  returned: when the request was valid
+  type: float
+  sample: 1796280101.9
 adapter:
   description: The adapter.
   returned: always

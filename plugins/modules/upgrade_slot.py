@@ -27,6 +27,18 @@ options:
     type: str
     choices: [acquired, released]
     default: acquired
+  node:
+    description:
+      - The node's start (C(host), C(adapter), C(decision_reason), C(before), C(target)) and, with O(state=released),
+        the registered results of its steps, from which its record is built once (P(gpuops.cluster.upgrade_node#filter)
+        says what it takes and what the record holds). It is returned as RV(node).
+      - With O(state=released) the record says whether the node is back in service, whether the run halts and whether
+        it was deferred (an upgraded node is back; a rolled-back one is back and halts; a deferred one is back and
+        halts per C(on_drain_timeout); a failed one is left out of service and halts), in place of O(ok), O(halt) and
+        O(deferred), which must then be left out.
+      - With O(state=acquired) the record of a node the window did not admit is returned (its status from the slot's
+        reason); an admitted node's record is built at its release.
+    type: dict
   ok:
     description: With O(state=released), whether the node is back in service.
     type: bool
@@ -81,9 +93,21 @@ EXAMPLES = r"""
       gpuops.cluster.upgrade_slot:
         state: released
         ok: true
+
+# Or with the node's record built from its registered steps (roles/rolling_upgrade/tasks/main.yml):
+- name: Give the slot back, the record saying how the node ends
+  gpuops.cluster.upgrade_slot:
+    state: released
+    node: "{{ node_start | combine(node_steps) }}"
+  register: released
 """
 
 RETURN = r"""
+node:
+  description:
+    - The node's record built from O(node) at this task's time (see P(gpuops.cluster.upgrade_node#filter)).
+  returned: O(node) was given, with O(state=released) or for a node not admitted
+  type: dict
 admitted:
   description: With O(state=acquired), whether the node may leave service now.
   returned: state is acquired

@@ -348,7 +348,11 @@ class StrategyModule(FreeStrategyModule):
             release = window_slot.released(result_data(result))
             if release is not None:
                 host = result.host
-                self._hand(host, self._run.release(host.name, release["ok"], release["halt"], release["deferred"]))
+                # the node's record its release built (module_utils/upgrade/node_record.py build) goes in the journal
+                record = (result_data(result) or {}).get("node")
+                self._hand(
+                    host, self._run.release(host.name, release["ok"], release["halt"], release["deferred"], record)
+                )
         return results
 
     def _left(self, host, why: str):

@@ -87,5 +87,5 @@ def test_a_removed_alias_of_a_rolling_upgrade_setting_names_the_setting():
     problems = variable_registry.unknown_variables(["rolling_upgrade_barrier", "rolling_upgrade_windw"], known)
     assert problems == [
         {"name": "rolling_upgrade_barrier", "suggestion": "gpuops_upgrade_barrier"},
-        {"name": "rolling_upgrade_windw", "suggestion": "rolling_upgrade_window"},
+        {"name": "rolling_upgrade_windw", "suggestion": "rolling_upgrade_window_entry"},
     ]

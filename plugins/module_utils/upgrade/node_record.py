@@ -499,3 +499,115 @@ def slot_release(record) -> dict:
         "no slot release for a node %s: its record must be upgraded, rolled_back, deferred, failed or "
         "rollback_failed" % ("without a record" if status is None else "with status %r" % status)
     )
+
+
+# The record built once, from the node's registered results ---------------------------------
+
+# What build() takes: the node as the survey found it (known before its slot) and the registered results of its steps.
+START_KEYS = ("host", "adapter", "decision_reason", "before", "target")
+STEP_KEYS = ("slot", "gate_level", "on_drain_timeout", "drained", "soak", "gate", "after", "failure", "rollback")
+ROLLBACK_KEYS = ("target_driver", "level", "gate", "failure")
+
+
+def _ran(result):
+    """A registered result that ran (a mapping, not skipped), else None."""
+    if not isinstance(result, Mapping) or not result or result.get("skipped"):
+        return None
+    return result
+
+
+def _at(result, key, default):
+    value = (result or {}).get(key)
+    return default if value is None else _epoch(value, key)
+
+
+def _versions(drift) -> dict:
+    drift = drift if isinstance(drift, Mapping) else {}
+    return {"driver": drift.get("installed_driver_version"), "loaded": drift.get("loaded_driver_version")}
+
+
+def _failure_data(failure) -> dict:
+    failure = failure if isinstance(failure, Mapping) else {}
+    return {"task": _text(failure.get("task")), "msg": _text(failure.get("msg"))}
+
+
+def build(node, now) -> dict:
+    """The node's record from what its steps registered, at ``now`` (epoch seconds: when its slot is given back).
+
+    ``node`` holds :data:`START_KEYS` (``before`` and ``after`` are ``gpu_stack.drift`` reads) and, once the window
+    decided its slot, :data:`STEP_KEYS`: ``slot`` the registered ``gpuops.cluster.upgrade_slot`` acquisition, then
+    the results of the drain, the canary's soak, the gate, the failure the rescue noted (``{task, msg}``) and the
+    rollback (:data:`ROLLBACK_KEYS`: its target, gate level, registered gate, and the failure that ended it). A step
+    that did not run is None or a skipped result. The events of :func:`step` are replayed in order, timed by the
+    results: admitted (the slot's ``admitted_at``), the drain's ``started_at`` and ``ended_at`` (the controller's
+    clock), the gate's ``started_at`` less the soak's ``elapsed`` (upgraded) and its ``ended_at`` (gated: the node's
+    clock), and ``now`` for the end. Raises ValueError as :func:`step` does.
+    """
+    node = _mapping(node, "node (the node's start and its registered steps)")
+    now = _epoch(now)
+    unknown = sorted(map(str, set(node) - set(START_KEYS) - set(STEP_KEYS)))
+    if unknown:
+        raise ValueError(
+            "node has the key(s) %s; it takes %s" % (", ".join(unknown), ", ".join(START_KEYS + STEP_KEYS))
+        )
+    slot_result = _mapping(node.get("slot") or {}, "slot (the registered gpuops.cluster.upgrade_slot acquisition)")
+    slot = slot_result.get("slot") if isinstance(slot_result.get("slot"), Mapping) else {}
+    admitted = _flag(slot_result.get("admitted", slot.get("admitted", False)), "slot.admitted")
+    before = _versions(node.get("before"))
+    record = step(
+        None,
+        "start",
+        _at(slot, "admitted_at", now) if admitted else now,
+        host=node.get("host"),
+        admitted=admitted,
+        adapter=node.get("adapter"),
+        slot_reason=slot.get("reason"),
+        decision_reason=node.get("decision_reason"),
+        before_driver=before["driver"],
+        before_loaded=before["loaded"],
+        target=node.get("target"),
+        gate_level=node.get("gate_level"),
+    )
+    if not admitted:
+        return record
+    drained, gate = _ran(node.get("drained")), _ran(node.get("gate"))
+    failure = node.get("failure")
+    if drained is not None and not drained.get("failed"):
+        record = step(record, "drain_started", _at(drained, "started_at", now))
+        record = step(
+            record,
+            "drained",
+            _at(drained, "ended_at", now),
+            drain=drained,
+            on_drain_timeout=node.get("on_drain_timeout") or DEFAULT_ON_DRAIN_TIMEOUT,
+            drain_timeout=slot.get("max_job_wait"),
+            job_end=slot.get("job_end"),
+        )
+    if gate is not None and record["status"] == "in_progress":
+        soaked = float((_ran(node.get("soak")) or {}).get("elapsed") or 0)
+        record = step(record, "upgraded", _at(gate, "started_at", now) - soaked)
+        record = step(record, "gated", _at(gate, "ended_at", now), result=gate, level=node.get("gate_level"))
+    if failure is None:
+        if record["status"] == "in_progress":
+            after = _versions(node.get("after"))
+            record = step(record, "upgraded_ok", now, after_driver=after["driver"], after_loaded=after["loaded"])
+        return step(record, "finished", now) if record["status"] != "deferred" else record
+    record = step(record, "failed", now, **_failure_data(failure))
+    rollback = node.get("rollback")
+    if isinstance(rollback, Mapping):
+        rollback_gate = _ran(rollback.get("gate"))
+        if rollback_gate is not None and not rollback_gate.get("failed") and rollback_gate.get("healthy"):
+            after = _versions(node.get("after"))
+            record = step(
+                record,
+                "rolled_back",
+                now,
+                target_driver=rollback.get("target_driver"),
+                after_driver=after["driver"],
+                after_loaded=after["loaded"],
+                gate=rollback_gate,
+                level=rollback.get("level"),
+            )
+        else:
+            record = step(record, "rollback_failed", now, **_failure_data(rollback.get("failure")))
+    return step(record, "finished", now)

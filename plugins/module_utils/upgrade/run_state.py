@@ -179,12 +179,15 @@ class RunState:
         self.records[name] = record
         return record
 
-    def release(self, name: str, ok: bool, halt, deferred=False) -> dict:
-        """The slot of ``name`` comes back (its release task ran); returns its record to hand it."""
+    def release(self, name: str, ok: bool, halt, deferred=False, node=None) -> dict:
+        """The slot of ``name`` comes back (its release task ran); returns its record to hand it. ``node``, the
+        node's record the release built, is journaled with it (``record``)."""
         self.finish(name, ok, halt, deferred)
         if self.schedule is not None:
             self.schedule.released(time.time())
         state = self.progress("back, upgraded" if ok and not deferred else "back, deferred" if ok else "failed", name)
+        if isinstance(node, dict):
+            state["record"] = node
         self.write("release", node=name, ok=ok, deferred=deferred, halt=self.window.halted, **state)
         self.write_halt(name, "a node failed" if not ok else "the node's release asked to halt")
         record = dict(self.records.get(name, {}))

@@ -233,14 +233,39 @@ def plan_lines(window: dict, run_id: str, upgrade: dict, nodes, gate_problems=()
     return [head, *(window.get("lines") or []), *left, *("gate would fail: %s" % line for line in gate_problems)]
 
 
+LOST_REASON = "its part of the run did not end (the node or the controller was lost while it held its slot)"
+
+
+def _built(result):
+    """The node's record a registered gpuops.cluster.upgrade_slot result carries (``node``), else None."""
+    if isinstance(result, dict) and not result.get("skipped") and isinstance(result.get("node"), dict):
+        return result["node"]
+    return None
+
+
 def run_records(nodes) -> tuple[list, dict]:
-    """``(records, slots)`` of the report from every node's variables: the window's record of each node that
-    reached it (``rolling_upgrade_node``), else the survey's (a node resumed by the window has its run record),
-    and the strategy's record of each node's slot (``gpuops_upgrade_slot``)."""
-    records = [node["rolling_upgrade_node"] for node in nodes if node.get("rolling_upgrade_node")]
-    records += surveyed_records(node for node in nodes if not node.get("rolling_upgrade_node"))
-    slots = {node.get("inventory_hostname"): node.get("gpuops_upgrade_slot") or {} for node in nodes}
-    return records, slots
+    """``(records, slots)`` of the report from every node's variables, and the strategy's record of each node's slot
+    (``gpuops_upgrade_slot``).
+
+    A node's record is the one its slot's release built from its steps (``rolling_upgrade_released``), else the one
+    its acquisition built when the window did not admit it (``rolling_upgrade_slot``); one admitted that gave no
+    release (it left the play holding its slot) is ``failed`` with the slot's reason; any other node has the
+    survey's (skipped, left out; a node resumed by the window has its run record)."""
+    records, slots, rest = [], {}, []
+    for node in nodes:
+        host = node.get("inventory_hostname")
+        slot = node.get("gpuops_upgrade_slot") or {}
+        slots[host] = slot
+        record = _built(node.get("rolling_upgrade_released")) or _built(node.get("rolling_upgrade_slot"))
+        if record is None and slot.get("admitted"):
+            record = {"host": host, "status": "failed", "halt": True, "reason": slot.get("reason") or LOST_REASON}
+            if slot.get("state") == "acquired" or slot.get("reason") == "admitted":
+                record["reason"] = LOST_REASON
+        if record is None:
+            rest.append(node)
+        else:
+            records.append(record)
+    return records + surveyed_records(rest), slots
 
 
 def run_settings(upgrade: dict, window: dict) -> dict:

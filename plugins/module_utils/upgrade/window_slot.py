@@ -18,7 +18,10 @@ A record is ``{state, admitted, reason, ...}`` (the strategy's ``_record`` write
 
 from __future__ import annotations
 
+import time
+
 from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import node_record
 
 # The host variable the strategy hands each host's slot record in.
 SLOT_FACT = "gpuops_upgrade_slot"
@@ -28,9 +31,9 @@ STATES = ("acquired", "released")
 # The play variable the strategy builds the window from, and what it holds.
 WINDOW_VAR = "gpuops_upgrade_window"
 WINDOW_KEYS = ("nodes", "settings", "refresh", "journal", "drain_ahead")
-# The slot task's arguments: its state, and what a release says.
+# The slot task's arguments: its state, what a release says, or the node whose record says it (``node``).
 RELEASE_ARGS = ("ok", "halt", "deferred")
-ARGS = ("state", *RELEASE_ARGS)
+ARGS = ("state", "node", *RELEASE_ARGS)
 
 
 def window_of(value) -> dict:
@@ -60,13 +63,18 @@ def state_of(action, args) -> str | None:
     return state if state in STATES else "acquired"
 
 
-def answer(state, record, args) -> dict:
+def answer(state, record, args, now=None) -> dict:
     """The slot task's result: the strategy's ``record`` for this host, checked against the task's ``state``.
 
     ``acquired``: ``{changed, slot, admitted}``. ``released``: ``{changed, slot, release: {ok, halt, deferred}}``
-    for the strategy. Anything the contract does not allow: ``{failed, msg}`` saying what to do.
+    for the strategy. With ``node`` (the node's start and, at the release, its registered steps:
+    ``node_record.build``) the result also holds the node's record (``node``) built at ``now``: at the acquisition
+    of a node not admitted its final one, at the release its outcome, which then says ``ok``, ``halt`` and
+    ``deferred`` (``node_record.slot_release``) instead of the task's arguments. Anything the contract does not
+    allow: ``{failed, msg}`` saying what to do.
     """
     args = args or {}
+    now = time.time() if now is None else now
     if state not in STATES:
         return {"failed": True, "msg": "state is %r: set acquired or released" % (state,)}
     if not isinstance(record, dict) or record.get("state") not in STATES:
@@ -75,14 +83,31 @@ def answer(state, record, args) -> dict:
             "msg": "no slot decision for this host: gpuops.cluster.upgrade_slot runs only in a play with "
             "'strategy: %s', which decides each host's slot before this task runs" % STRATEGY,
         }
+    node = args.get("node")
+    if node is not None and any(args.get(name) is not None for name in RELEASE_ARGS):
+        return {
+            "failed": True,
+            "msg": "give node (the node's record says ok, halt and deferred) or ok/halt/deferred, not both",
+        }
     result = {"changed": False, "slot": dict(record)}
     if state == "acquired":
         if record.get("state") != "acquired":
             return {"failed": True, "msg": "this host's slot was released already; acquire it once per run"}
         result["admitted"] = bool(record.get("admitted"))
+        if node is not None and not result["admitted"]:  # the record of an admitted node is built at its release
+            try:
+                result["node"] = node_record.build(dict(node, slot={"admitted": False, "slot": record}), now)
+            except ValueError as exc:
+                return {"failed": True, "msg": "the node's record: %s" % exc}
         return result
     if record.get("state") != "acquired" or not record.get("admitted"):
         return {"failed": True, "msg": "this host holds no slot to release (%s)" % record.get("reason", "none")}
+    if node is not None:
+        try:
+            result["node"] = node_record.build(node, now)
+            args = node_record.slot_release(result["node"])
+        except ValueError as exc:
+            return {"failed": True, "msg": "the node's record: %s" % exc}
     halt = args.get("halt")
     ok = boolean(args.get("ok", False))
     deferred = boolean(args.get("deferred", False))

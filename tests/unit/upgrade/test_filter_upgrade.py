@@ -12,6 +12,7 @@ def test_filters_are_registered():
     assert set(upgrade.FilterModule().filters()) == {
         "upgrade_window",
         "upgrade_window_run",
+        "upgrade_plan",
         "upgrade_decision",
         "upgrade_survey",
         "upgrade_plan_lines",
@@ -157,3 +158,30 @@ def test_upgrade_window_run_is_the_plans_window_with_the_adapters_services():
     assert (k8s["refresh"]["adapter"], k8s["drain_ahead"]) == ("kubernetes", None)
     with pytest.raises(AnsibleFilterError, match="upgrade_window_run: "):
         upgrade.upgrade_window_run({"settings": {}}, run, "ctl", names, "r1", journal)
+
+
+def test_upgrade_plan_makes_the_run_id_the_window_and_the_paths_at_one_time():
+    run = upgrade_settings.settings({"gpuops_upgrade_drain": "kubernetes"})
+    names = {host["host"]: host["host"] for host in HOSTS}
+    at = 1_796_280_000.0  # 2026-12-03T06:40:00Z
+    plan = upgrade.upgrade_plan(HOSTS, run, names=names, cwd="/srv/ops", journal_target="t", kubeconfig="/k", now=at)
+    assert plan["run_id"] == "20261203T064000Z"
+    assert plan["started_at"] == "2026-12-03T06:40:00+00:00"
+    assert plan["window"] == upgrade.upgrade_window(HOSTS, upgrade=run, now=at)
+    assert plan["report_path"] == "/srv/ops/gpuops-upgrade-20261203T064000Z.json"
+    assert plan["journal_path"] == "/srv/ops/gpuops-upgrade-20261203T064000Z.journal.jsonl"
+    assert plan["run"]["journal"] == {
+        "path": plan["journal_path"],
+        "run_id": "20261203T064000Z",
+        "target": "t",
+        "resume": run["resume_journal"],
+    }
+    assert plan["run"]["refresh"]["options"]["kubeconfig"] == "/k"  # the adapter's reads during the run
+    given = upgrade.upgrade_plan(HOSTS, run, run_id="fixed", report_path="/r/report.json", now=at)
+    assert given["journal_path"] == "/r/gpuops-upgrade-fixed.journal.jsonl"  # beside the report
+    assert upgrade.upgrade_plan(HOSTS, run, journal_path="/j/run.jsonl", now=at)["journal_path"] == "/j/run.jsonl"
+
+
+def test_upgrade_stack_fact_takes_epoch_seconds_as_utc():
+    begun = upgrade.upgrade_stack_fact({}, {"driver_version": "2"}, "begin", "r1", 1_796_280_000)
+    assert begun["pending"]["started_at"] == "2026-12-03T06:40:00+00:00"

@@ -989,37 +989,141 @@ def test_any_sequence_gives_a_valid_record_or_a_value_error(steps, first):
 
 
 def test_filters_are_registered():
-    filters = upgrade_node.FilterModule().filters()
-    assert filters == {
-        "upgrade_node": upgrade_node.upgrade_node,
-        "upgrade_node_release": upgrade_node.upgrade_node_release,
+    assert upgrade_node.FilterModule().filters() == {"upgrade_node": upgrade_node.upgrade_node}
+
+
+# build: the record made once from the registered results ------------------------------------
+
+NODE_START = {
+    "host": "gpu1",
+    "adapter": "slurm",
+    "decision_reason": "stack differs from the target",
+    "before": {"installed_driver_version": OLD, "loaded_driver_version": OLD},
+    "target": NEW,
+}
+SLOT = {
+    "changed": False,
+    "admitted": True,
+    "slot": {"state": "acquired", "admitted": True, "reason": "admitted", "admitted_at": T, "max_job_wait": 600},
+}
+SKIPPED = {"changed": False, "skipped": True, "skip_reason": "Conditional result was False"}
+
+
+def steps(**changes):
+    """The node's start and its registered steps, as the role hands them to the release (upgraded)."""
+    defaults = {
+        "slot": SLOT,
+        "gate_level": "standard",
+        "on_drain_timeout": "halt",
+        "drained": dict(SLURM_DRAINED, started_at=T + 1, ended_at=T + 20),
+        "soak": SKIPPED,
+        "gate": dict(HEALTHY, started_at=T + 200, ended_at=T + 230),
+        "after": {"installed_driver_version": NEW, "loaded_driver_version": NEW},
+        "failure": None,
+        "rollback": None,
     }
+    return dict(NODE_START, **dict(defaults, **changes))
 
 
-def test_filter_moves_the_record_and_defaults_now(monkeypatch):
-    monkeypatch.setattr(upgrade_node.time, "time", lambda: T + 5)
-    record = upgrade_node.upgrade_node(None, "start", **START)
-    assert record["timings"]["started"] == T + 5
-    record = upgrade_node.upgrade_node(record, "drained", now=T + 6, drain=SLURM_DRAINED, on_drain_timeout="halt")
-    assert record["timings"]["drained"] == T + 6
-    assert upgrade_node.upgrade_node_release(upgraded()) == {"ok": True, "halt": False}
+def test_build_replays_the_events_timed_by_the_results():
+    """The record built once equals the one the events give, one by one, at the times the results carry."""
+    record = node_record.build(steps(), T + 231)
+    expected = dict(node_record.step(upgraded(), "finished", T + 231), reason="on the target stack, gated")
+    expected["drain"]["timeout"] = 600
+    assert record == expected
+    assert record["timings"] == {
+        "started": T,
+        "drain_started": T + 1,
+        "drained": T + 20,
+        "upgraded": T + 200,
+        "gated": T + 230,
+        "finished": T + 231,
+    }
+    assert node_record.slot_release(record) == {"ok": True, "halt": False}
 
 
-@pytest.mark.parametrize(
-    ("call", "message"),
-    [
-        (lambda: upgrade_node.upgrade_node(None, "drained", now=T), "gpuops.cluster.upgrade_node: event 'drained'"),
-        (lambda: upgrade_node.upgrade_node(upgraded(), "gated", result=HEALTHY), "gpuops.cluster.upgrade_node: event"),
-        (lambda: upgrade_node.upgrade_node(start(), "nope"), "gpuops.cluster.upgrade_node: unknown event 'nope'"),
-        (
-            lambda: upgrade_node.upgrade_node(start(), "drained", drain={"failed": True, "msg": "boom"}),
-            "gpuops.cluster.upgrade_node: the drain failed: boom",
-        ),
-        (lambda: upgrade_node.upgrade_node_release(start()), "gpuops.cluster.upgrade_node_release: no slot release"),
-        (lambda: upgrade_node.upgrade_node_release("x"), "gpuops.cluster.upgrade_node_release: the node's record"),
-    ],
-)
-def test_filter_errors_name_the_filter(call, message):
-    with pytest.raises(AnsibleFilterError, match=message) as caught:
-        call()
+def test_build_times_the_upgrade_before_the_canary_soak():
+    soak = {"changed": False, "elapsed": 120, "state": "started"}
+    record = node_record.build(steps(soak=soak, gate_level="extended"), T + 231)
+    assert record["timings"]["upgraded"] == T + 80  # the gate began at T+200, after a 120 s soak
+    assert record["gates"][0]["level"] == "extended"
+    assert record["gate_level"] == "extended"
+
+
+def test_build_a_drain_that_timed_out_is_deferred_and_back_in_service():
+    drained = dict(SLURM_DRAINED, timed_out=True, started_at=T + 1, ended_at=T + 601)
+    record = node_record.build(steps(drained=drained, gate=None, on_drain_timeout="continue"), T + 605)
+    assert record["status"] == "deferred"
+    assert record["timings"]["finished"] == T + 601  # when the wait ended, not when the slot came back
+    assert record["reason"].startswith("jobs still running after 600s (max_job_wait)")
+    assert node_record.slot_release(record) == {"ok": True, "halt": False, "deferred": True}
+
+
+def test_build_a_failure_halts_and_a_healthy_rollback_gate_rolls_back():
+    failure = {"task": "Fail the node when its gate failed", "msg": "health gate (standard) failed: xid"}
+    failed_only = node_record.build(
+        steps(gate=dict(SICK, started_at=T + 200, ended_at=T + 230), failure=failure), T + 300
+    )
+    assert failed_only["status"] == "failed"
+    assert failed_only["reason"] == "Fail the node when its gate failed: health gate (standard) failed: xid"
+    assert failed_only["gates"][-1]["healthy"] is False
+    assert node_record.slot_release(failed_only) == {"ok": False, "halt": True}
+    rollback = {"target_driver": OLD, "level": "standard", "gate": HEALTHY, "failure": failure}
+    back = steps(gate=dict(SICK, started_at=T + 200, ended_at=T + 230), failure=failure, rollback=rollback)
+    back["after"] = {"installed_driver_version": OLD, "loaded_driver_version": OLD}
+    record = node_record.build(back, T + 400)
+    assert record["status"] == "rolled_back"
+    assert record["after"] == {"driver_version": OLD, "loaded_version": OLD}
+    assert record["gates"][-1]["phase"] == "rollback_gate"
+    assert node_record.slot_release(record) == {"ok": True, "halt": True}
+
+
+def test_build_a_rollback_without_a_healthy_gate_failed_with_its_own_failure():
+    failure = {"task": "Health gate", "msg": "boom"}
+    ended = {"task": "Reinstall the previous stack", "msg": "apt failed"}
+    for gate in (None, SKIPPED, dict(SICK, failed=True)):
+        rollback = {"target_driver": OLD, "level": "standard", "gate": gate, "failure": ended}
+        record = node_record.build(steps(gate=None, failure=failure, rollback=rollback), T + 400)
+        assert record["status"] == "rollback_failed"
+        assert record["reason"] == "Health gate: boom; rollback: Reinstall the previous stack: apt failed"
+        assert node_record.slot_release(record) == {"ok": False, "halt": True}
+
+
+def test_build_a_failed_drain_is_not_recorded_as_a_drain():
+    failure = {"task": "Take the node out of service and wait for its work to leave", "msg": "scontrol timed out"}
+    drained = {"failed": True, "msg": "scontrol timed out", "started_at": T + 1, "ended_at": T + 61}
+    record = node_record.build(steps(drained=drained, gate=None, failure=failure), T + 62)
+    assert record["status"] == "failed"
+    assert record["drain"] == {"adapter": "slurm"}  # ours unknown: the rescue keeps the node drained
+    assert "drained" not in record["timings"]
+
+
+def test_build_a_node_not_admitted_is_final_with_its_slot_reason():
+    slot = {
+        "admitted": False,
+        "slot": {"state": "acquired", "admitted": False, "reason": "deferred: its job ends late"},
+    }
+    record = node_record.build(dict(NODE_START, slot=slot), T + 9)
+    assert record["status"] == "deferred"
+    assert record["reason"] == "deferred: its job ends late"
+    assert record["timings"] == {"started": T + 9, "finished": T + 9}
+
+
+def test_build_refuses_what_it_does_not_take_and_what_the_events_refuse():
+    with pytest.raises(ValueError, match=r"node has the key\(s\) gate_result"):
+        node_record.build(dict(steps(), gate_result=HEALTHY), T)
+    # a healthy gate missing: upgraded_ok is refused, so the release fails (closed) instead of saying upgraded
+    with pytest.raises(ValueError, match="needs a healthy gate"):
+        node_record.build(steps(gate=None), T + 231)
+
+
+def test_filter_builds_the_record_and_defaults_now(monkeypatch):
+    monkeypatch.setattr(upgrade_node.time, "time", lambda: T + 500)
+    assert upgrade_node.upgrade_node(steps())["timings"]["finished"] == T + 500
+    assert upgrade_node.upgrade_node(steps(), now=T + 231)["timings"]["finished"] == T + 231
+
+
+def test_filter_errors_name_the_filter():
+    with pytest.raises(AnsibleFilterError, match=r"gpuops\.cluster\.upgrade_node: event 'upgraded_ok' needs") as caught:
+        upgrade_node.upgrade_node(steps(gate=None), now=T)
     assert isinstance(caught.value.__cause__, ValueError)

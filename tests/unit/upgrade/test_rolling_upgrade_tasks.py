@@ -25,9 +25,8 @@ def test_the_node_is_given_back_before_anything_records_its_upgrade_as_finished(
     )
     assert names[give_back].startswith("Give the node back to its scheduler")
     finished = names.index("Record the new stack as current on the node")
-    upgraded = names.index("Record the node as upgraded")
-    released = names.index("Give the slot back (the node is in service again)")
-    assert give_back < finished < upgraded < released
+    released = names.index("Give the slot back (the node is in service again), its record built from its steps")
+    assert give_back < finished < released
     gate = names.index("Fail the node when its gate failed")
     assert gate < give_back  # never given back before its gate passed
 
@@ -102,3 +101,36 @@ def test_the_canary_gate_and_soak_go_to_the_node_the_window_admitted_as_canary()
 
     assert gate({"canary": True}, ["a"]) == "extended"  # the replacement canary of a deferred "a"
     assert gate({"canary": False}, ["b"]) == "quick"  # planned as canary, admitted after another one
+
+
+def test_the_nodes_record_is_built_from_registered_results_not_threaded_through_set_fact():
+    """Issue 28 item 4: set_fact in the role at most 3 (the survey's decision, the plan, the rescue's failure); every
+    slot release hands the node's start and steps to the task that builds the record (node_record.build)."""
+    tasks_dir = ROLE / "tasks"
+    count = sum(text.count("ansible.builtin.set_fact:") for text in (p.read_text() for p in tasks_dir.glob("*.yml")))
+    assert count <= 3
+    tasks = yaml.safe_load(MAIN.read_text(encoding="utf-8"))
+    upgrade = next(task for task in tasks if task.get("name") == "Upgrade the node")
+
+    def slot_tasks(items):
+        for task in items:
+            for key in ("block", "rescue"):
+                yield from slot_tasks(task.get(key) or [])
+            if "gpuops.cluster.upgrade_slot" in task:
+                yield task
+
+    releases = [task for task in slot_tasks(tasks) if task["gpuops.cluster.upgrade_slot"].get("state") == "released"]
+    assert len(releases) == 3  # deferred, upgraded, and the rescue's
+    for task in releases:
+        assert task["gpuops.cluster.upgrade_slot"] == {"state": "released", "node": "{{ rolling_upgrade_node_of }}"}
+        assert task["register"] == "rolling_upgrade_released"
+    assert upgrade["rescue"][0]["ansible.builtin.set_fact"] == {
+        "rolling_upgrade_failure": {
+            "task": "{{ ansible_failed_task.name | default(None) }}",
+            "msg": "{{ ansible_failed_result.msg | default(None) }}",
+        }
+    }
+    variables = yaml.safe_load((ROLE / "vars" / "main.yml").read_text(encoding="utf-8"))
+    assert (
+        variables["rolling_upgrade_node_of"] == "{{ rolling_upgrade_node_start | combine(rolling_upgrade_node_steps) }}"
+    )

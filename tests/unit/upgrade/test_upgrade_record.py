@@ -497,14 +497,26 @@ def test_plan_lines_and_run_records_read_the_survey_records_of_the_nodes_not_upg
         {
             "inventory_hostname": "b",
             "rolling_upgrade_survey_record": None,
-            "rolling_upgrade_node": run,
+            "rolling_upgrade_released": {"node": run},
             "gpuops_upgrade_slot": {"admitted_at": 1.0, "released_at": 2.0},
         },
         # resumed by the window: its run record, not the survey's
         {
             "inventory_hostname": "c",
             "rolling_upgrade_survey_record": dict(skipped, host="c"),
-            "rolling_upgrade_node": dict(run, host="c"),
+            "rolling_upgrade_released": {"node": dict(run, host="c")},
+        },
+        # not admitted: the record its acquisition built
+        {
+            "inventory_hostname": "d",
+            "rolling_upgrade_slot": {"admitted": False, "node": {"host": "d", "status": "deferred"}},
+            "rolling_upgrade_released": {"skipped": True},
+        },
+        # admitted, then lost while holding its slot (the strategy's record says why): failed, halting
+        {
+            "inventory_hostname": "e",
+            "rolling_upgrade_slot": {"admitted": True},
+            "gpuops_upgrade_slot": {"admitted": True, "state": "released", "reason": "left the play: unreachable"},
         },
     ]
     window = {"lines": ["order: b"]}
@@ -519,6 +531,10 @@ def test_plan_lines_and_run_records_read_the_survey_records_of_the_nodes_not_upg
     assert [(record["host"], record["status"]) for record in records] == [
         ("b", "upgraded"),
         ("c", "upgraded"),
+        ("d", "deferred"),
+        ("e", "failed"),
         ("a", "skipped"),
     ]
-    assert slots == {"a": {}, "b": {"admitted_at": 1.0, "released_at": 2.0}, "c": {}}
+    assert records[3] == {"host": "e", "status": "failed", "halt": True, "reason": "left the play: unreachable"}
+    assert slots["b"] == {"admitted_at": 1.0, "released_at": 2.0}
+    assert slots["a"] == slots["c"] == slots["d"] == {}

@@ -41,6 +41,60 @@ def test_what_a_release_gives_back_is_what_the_strategy_reads():
     assert window_slot.released(given) == given["release"]
 
 
+# The node's record (node_record.build) built by the slot task from the node's start and registered steps.
+START = {"host": "gpu1", "adapter": "slurm", "decision_reason": "differs", "before": {}, "target": "580.65.06"}
+DRAINED = {"adapter": "slurm", "ours": True, "timed_out": False, "started_at": 10.0, "ended_at": 20.0}
+GATE = {"healthy": True, "summary": {"failed": []}, "started_at": 30.0, "ended_at": 40.0}
+AFTER = {"installed_driver_version": "580.65.06", "loaded_driver_version": "580.65.06"}
+
+
+def node(**steps):
+    slot = {"admitted": True, "slot": dict(RECORD, admitted_at=5.0)}
+    return dict(
+        START, **dict({"slot": slot, "gate_level": "quick", "drained": DRAINED, "gate": GATE, "after": AFTER}, **steps)
+    )
+
+
+def test_a_release_with_the_node_says_what_its_record_says():
+    given = window_slot.answer("released", RECORD, {"state": "released", "node": node()}, now=50.0)
+    assert given["node"]["status"] == "upgraded"
+    assert given["node"]["timings"]["finished"] == 50.0
+    assert given["release"] == {"ok": True, "halt": False, "deferred": False}
+    failed = window_slot.answer("released", RECORD, {"node": node(failure={"task": "Health gate", "msg": "x"})})
+    assert failed["node"]["status"] == "failed"
+    assert window_slot.released(failed) == {"ok": False, "halt": True, "deferred": False}
+    deferred = node(drained=dict(DRAINED, timed_out=True), on_drain_timeout="continue")
+    assert window_slot.released(window_slot.answer("released", RECORD, {"node": deferred})) == {
+        "ok": True,
+        "halt": False,
+        "deferred": True,
+    }
+
+
+def test_an_acquisition_with_the_node_records_only_a_node_not_admitted():
+    blocked = dict(RECORD, admitted=False, reason="blocked: partition gpu would fall below its floor")
+    given = window_slot.answer("acquired", blocked, {"node": START}, now=7.0)
+    assert given["admitted"] is False
+    assert given["node"]["status"] == "blocked"
+    assert given["node"]["timings"] == {"started": 7.0, "finished": 7.0}
+    assert "node" not in window_slot.answer("acquired", RECORD, {"node": START})
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"node": node(), "ok": True}, "give node (the node's record says ok, halt and deferred) or ok/halt/deferred"),
+        ({"node": node(gate=None)}, "the node's record: event 'upgraded_ok' needs a healthy gate"),
+        ({"node": dict(node(), gate_result={})}, "the node's record: node has the key(s) gate_result"),
+    ],
+)
+def test_a_release_whose_record_cannot_be_built_fails_and_gives_nothing_back(args, message):
+    found = window_slot.answer("released", RECORD, args)
+    assert found["failed"] is True
+    assert message in found["msg"]
+    assert window_slot.released(found) is None
+
+
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
