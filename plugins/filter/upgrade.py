@@ -147,6 +147,8 @@ def upgrade_run_report(nodes, run_id, window, upgrade, started_at, finished_at, 
     try:
         records, slots = upgrade_record.run_records(list(nodes))
         replayed = None if journal is None else upgrade_journal(journal, journal_path)
+        if replayed is not None:
+            records = upgrade_record.with_journal_records(records, replayed.get("records"))
         window_rules = {"nodes": window.get("nodes"), "settings": window.get("settings")}
         audit = upgrade_record.report(
             run_id,

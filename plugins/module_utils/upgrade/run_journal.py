@@ -164,6 +164,8 @@ def replay(entries) -> dict:
         "passed": {},
         "refreshes": [],
         "events": {},
+        # each node's record as its last release built it (node_record.build), in the order released
+        "records": {},
     }
     admitted: dict = {}
     released: dict = {}
@@ -204,6 +206,9 @@ def replay(entries) -> dict:
             spans.append([node, at, None])
         elif kind == "release":
             released[node] = {"at": at, "ok": bool(item.get("ok")), "deferred": bool(item.get("deferred"))}
+            if isinstance(item.get("record"), dict):
+                state["records"].pop(node, None)
+                state["records"][node] = item["record"]
             _close(spans, node, at)
             if item.get("deferred"):
                 state["deferred"][node] = item.get("why") or "its jobs outlasted max_job_wait"

@@ -268,6 +268,15 @@ def run_records(nodes) -> tuple[list, dict]:
     return records + surveyed_records(rest), slots
 
 
+def with_journal_records(records: list, journaled) -> list:
+    """The report's records with the journal's in place of any of the same node: the journal is the operation's
+    record, and a run that continues an earlier one (after its controller was lost) reports the nodes that run
+    released as it released them, not as this run's survey found them afterwards (on the target: skipped)."""
+    journaled = journaled or {}
+    kept = [record for record in records if record.get("host") not in journaled]
+    return [*(dict(record) for record in journaled.values()), *kept]
+
+
 def run_settings(upgrade: dict, window: dict) -> dict:
     """The run's settings as the report shows them."""
     return {

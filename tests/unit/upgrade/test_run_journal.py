@@ -315,3 +315,22 @@ def test_the_window_continues_its_own_journal_at_a_fixed_path(tmp_path):
     state.journal.close()
     assert run_journal.read(str(path))[-1]["event"] == "start"
     assert replay(run_journal.read(str(path)))["in_flight"] == ["b", "c"]
+
+
+def test_replay_keeps_each_nodes_record_as_its_last_release_built_it():
+    upgraded = {"host": "b", "status": "upgraded"}
+    entries = [
+        run_journal.entry("start", 1, run_id="r1", target="t"),
+        run_journal.entry("admit", 2, node="a"),
+        run_journal.entry("release", 3, node="a", ok=False, record={"host": "a", "status": "failed"}),
+        run_journal.entry("admit", 4, node="b"),
+        run_journal.entry("release", 5, node="b", ok=True, record=upgraded),
+        # the run continuing it: a taken first and upgraded this time
+        run_journal.entry("start", 6, run_id="r2", target="t", resumed_from="r1", resumed=["a"]),
+        run_journal.entry("admit", 7, node="a"),
+        run_journal.entry("release", 8, node="a", ok=True, record={"host": "a", "status": "upgraded"}),
+        run_journal.entry("release", 9, node="c", ok=True),  # a release without a record names none
+    ]
+    records = run_journal.replay(entries)["records"]
+    assert records == {"b": upgraded, "a": {"host": "a", "status": "upgraded"}}
+    assert list(records) == ["b", "a"]  # in the order released

@@ -538,3 +538,21 @@ def test_plan_lines_and_run_records_read_the_survey_records_of_the_nodes_not_upg
     assert records[3] == {"host": "e", "status": "failed", "halt": True, "reason": "left the play: unreachable"}
     assert slots["b"] == {"admitted_at": 1.0, "released_at": 2.0}
     assert slots["a"] == slots["c"] == slots["d"] == {}
+
+
+def test_the_journals_records_stand_for_the_nodes_it_names():
+    """A run continuing one whose controller was lost: b was upgraded by that run, and this run's survey found it on
+    the target (skipped); the journal's record is the one reported."""
+    this_run = [
+        {"host": "a", "status": "upgraded", "reason": "on the target stack, gated"},
+        {"host": "b", "status": "skipped", "reason": "already on the target stack and healthy"},
+        {"host": "c", "status": "excluded", "reason": "unhealthy"},
+    ]
+    journaled = {"b": {"host": "b", "status": "upgraded"}, "a": {"host": "a", "status": "upgraded", "run": 2}}
+    merged = upgrade_record.with_journal_records(this_run, journaled)
+    assert merged == [
+        {"host": "b", "status": "upgraded"},
+        {"host": "a", "status": "upgraded", "run": 2},
+        {"host": "c", "status": "excluded", "reason": "unhealthy"},
+    ]
+    assert upgrade_record.with_journal_records(this_run, None) == this_run
