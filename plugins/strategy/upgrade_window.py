@@ -393,6 +393,8 @@ class StrategyModule(FreeStrategyModule):
                 "ignore_errors": True,
                 "ignore_unreachable": True,
                 "check_mode": False,
+                # bounded where the adapter bounds it (a Kubernetes read); a task past it fails, as any failed read
+                "timeout": int(where.get("timeout") or 0),
             },
             block=self._slot_task._parent,
             role=self._slot_task._role,

@@ -45,6 +45,9 @@ SLURM_FLEET = "gpuops.cluster.slurm_fleet"
 # cordon is not ours any more). Its value is the reason prefix and the run, such as gpuops-upgrade[20261202T1030Z].
 K8S_MARK = kubernetes_node.MARK
 DEFAULT_PREFIX = "gpuops-upgrade"
+# Seconds one read of every Kubernetes Node may take (the plan's and each during the run; k8s_info has no bound of
+# its own): an API that does not answer in that time is a failed read, which changes nothing (the plan stops).
+K8S_READ_TIMEOUT = 120
 # upgrade_drain's own defaults (its documentation says the same; the rolling upgrade passes its run's values).
 DEFAULT_TIMEOUT = 3600
 DEFAULT_POLL_INTERVAL = 10
@@ -195,7 +198,7 @@ def window_run(
         if adapter == "kubernetes":
             # k8s_info kind=Node takes no reason prefix: the survey of its answer does (fleet_read)
             options = {"kubeconfig": kubeconfig} if kubeconfig else {}
-            refresh.update(adapter=adapter, reason_prefix=prefix, options=options)
+            refresh.update(adapter=adapter, reason_prefix=prefix, options=options, timeout=K8S_READ_TIMEOUT)
     ahead = None
     if drains_ahead(adapter) and int(upgrade.get("drain_ahead") or 0) > 0:
         ahead = {

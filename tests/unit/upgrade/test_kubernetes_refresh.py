@@ -83,6 +83,8 @@ def test_the_kubernetes_adapter_reads_the_fleet_again_at_the_refresh_interval():
         "adapter": "kubernetes",
         "reason_prefix": "gpuops-upgrade",
         "options": {"kubeconfig": KUBECONFIG},
+        # k8s_info has no bound of its own: the strategy's task is bounded (a read past it failed, changing nothing)
+        "timeout": 120,
     }
     assert refresh(kubeconfig=None, reason_prefix="gpuops-upgrade-staging")["options"] == {}
     assert refresh(kubeconfig=None, reason_prefix="gpuops-upgrade-staging")["reason_prefix"] == "gpuops-upgrade-staging"
