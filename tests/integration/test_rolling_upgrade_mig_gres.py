@@ -168,3 +168,17 @@ def test_a_slurmd_that_does_not_restart_fails_the_node(tmp_path, monkeypatch):
     failed = [result for result in run.results if result.failed]
     assert [result.task for result in failed] == [RESTART]
     assert gres_conf_block.recorded_gres(node.conf.read_text()) == LAYOUT_GRES
+
+
+def test_gpuops_slurm_gres_false_leaves_gres_conf_and_slurmd_alone(tmp_path, monkeypatch):
+    node = UpgradedNode(tmp_path, monkeypatch)
+    inventory = yaml.safe_load(node.inventory.read_text())
+    inventory["all"]["vars"]["gpuops_slurm_gres"] = False
+    node.inventory.write_text(yaml.safe_dump(inventory))
+    run = node.run()
+    assert run.rc == 0, run.stdout[-3000:]
+    assert node.mig_devices() == MIXED
+    assert not node.conf.exists()
+    assert run.results_for(task=REWRITE) == []
+    calls = [json.loads(line) for line in node.systemctl_log.read_text().splitlines()]
+    assert [call[0] for call in calls] == ["is-active"]  # gpu_mig's read of the DCGM units; slurmd not read
