@@ -541,7 +541,9 @@ def build(node, now) -> dict:
     that did not run is None or a skipped result. The events of :func:`step` are replayed in order, timed by the
     results: admitted (the slot's ``admitted_at``), the drain's ``started_at`` and ``ended_at`` (the controller's
     clock), the gate's ``started_at`` less the soak's ``elapsed`` (upgraded) and its ``ended_at`` (gated: the node's
-    clock), and ``now`` for the end. Raises ValueError as :func:`step` does.
+    clock), and ``now`` for the end. A node whose steps have not all run yet (no gate, or an unhealthy one and no
+    failure noted yet) is ``in_progress``: the role reads it on the way, and a release of it fails
+    (:func:`slot_release`). Raises ValueError as :func:`step` does.
     """
     node = _mapping(node, "node (the node's start and its registered steps)")
     now = _epoch(now)
@@ -588,10 +590,13 @@ def build(node, now) -> dict:
         record = step(record, "upgraded", _at(gate, "started_at", now) - soaked)
         record = step(record, "gated", _at(gate, "ended_at", now), result=gate, level=node.get("gate_level"))
     if failure is None:
-        if record["status"] == "in_progress":
-            after = _versions(node.get("after"))
-            record = step(record, "upgraded_ok", now, after_driver=after["driver"], after_loaded=after["loaded"])
-        return step(record, "finished", now) if record["status"] != "deferred" else record
+        if record["status"] != "in_progress":
+            return record  # deferred: finished when its wait ended
+        if gate is None or not record["gates"][-1]["healthy"]:
+            return record  # still on its way (or its gate failed: the role fails the node next)
+        after = _versions(node.get("after"))
+        record = step(record, "upgraded_ok", now, after_driver=after["driver"], after_loaded=after["loaded"])
+        return step(record, "finished", now)
     record = step(record, "failed", now, **_failure_data(failure))
     rollback = node.get("rollback")
     if isinstance(rollback, Mapping):

@@ -1112,9 +1112,14 @@ def test_build_a_node_not_admitted_is_final_with_its_slot_reason():
 def test_build_refuses_what_it_does_not_take_and_what_the_events_refuse():
     with pytest.raises(ValueError, match=r"node has the key\(s\) gate_result"):
         node_record.build(dict(steps(), gate_result=HEALTHY), T)
-    # a healthy gate missing: upgraded_ok is refused, so the release fails (closed) instead of saying upgraded
-    with pytest.raises(ValueError, match="needs a healthy gate"):
-        node_record.build(steps(gate=None), T + 231)
+    # read on the way (after the drain, before the gate; a failed gate before the role fails the node): in progress,
+    # and a release of it fails (closed) instead of saying upgraded
+    for on_the_way in (steps(gate=None), steps(gate=dict(SICK, started_at=T + 200, ended_at=T + 230))):
+        record = node_record.build(on_the_way, T + 231)
+        assert record["status"] == "in_progress"
+        assert "finished" not in record["timings"]
+        with pytest.raises(ValueError, match="no slot release for a node with status 'in_progress'"):
+            node_record.slot_release(record)
 
 
 def test_filter_builds_the_record_and_defaults_now(monkeypatch):
@@ -1124,6 +1129,8 @@ def test_filter_builds_the_record_and_defaults_now(monkeypatch):
 
 
 def test_filter_errors_name_the_filter():
-    with pytest.raises(AnsibleFilterError, match=r"gpuops\.cluster\.upgrade_node: event 'upgraded_ok' needs") as caught:
-        upgrade_node.upgrade_node(steps(gate=None), now=T)
+    with pytest.raises(
+        AnsibleFilterError, match=r"gpuops\.cluster\.upgrade_node: the drain was done by adapter 'kubernetes'"
+    ) as caught:
+        upgrade_node.upgrade_node(steps(drained=dict(SLURM_DRAINED, adapter="kubernetes")), now=T)
     assert isinstance(caught.value.__cause__, ValueError)

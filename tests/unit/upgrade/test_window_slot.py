@@ -84,7 +84,7 @@ def test_an_acquisition_with_the_node_records_only_a_node_not_admitted():
     ("args", "message"),
     [
         ({"node": node(), "ok": True}, "give node (the node's record says ok, halt and deferred) or ok/halt/deferred"),
-        ({"node": node(gate=None)}, "the node's record: event 'upgraded_ok' needs a healthy gate"),
+        ({"node": node(gate=None)}, "the node's record: no slot release for a node with status 'in_progress'"),
         ({"node": dict(node(), gate_result={})}, "the node's record: node has the key(s) gate_result"),
     ],
 )
