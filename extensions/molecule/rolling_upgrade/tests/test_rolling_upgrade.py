@@ -51,6 +51,13 @@ and a controller ru-ctl. The cases run in file order, each on the state the one 
    which ru-gpu1 and ru-gpu2 run): ru-gpu3 is upgraded first, then the run waits, nothing in flight and
    ru-gpu4 in service, until the job nears its end, and upgrades it; the journal (deadline, progress) and the
    report agree.
+11. Slurm 24.11 sees a MIG layout (issue 29 item 4; runs last, as it leaves ru-gpu2 split): the node, in service
+   with a job running, is given MIG-capable simulated GPUs (four H100 SXM) and playbooks/mig_layout.yml applies GPU 0
+   split, the others whole: the run drains it with our reason, waits for the job, writes gres.conf's
+   ``Name=gpu Type=<profile> MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/...`` lines from the capability minors,
+   restarts slurmd, and keeps the node drained, failing, naming the Gres= slurm.conf must give it; once slurm.conf
+   gives it (scontrol reconfigure), slurmd -G reads every line, ``scontrol show node`` reports the layout's Gres=,
+   a second run changes nothing and resumes the node, and a job asking for two 1g.10gb devices runs on it.
 
 Every run goes through tests/integration/playbook_run.run_playbook (ansible-runner) with the
 scenario's inventory; assertions read the run's audit report (statuses, drain records, gates, the
@@ -1003,3 +1010,249 @@ def test_one_run_waits_in_service_for_the_last_job_and_finishes_the_fleet(waited
     assert released[-1]["progress"]["waiting"] == 0
     assert "gpuops upgrade window: admitted %s" % busy in run.stdout
     assert audit["window"]["violations"] == []
+
+
+# Case 11 (issue 29): Slurm 24.11 sees the MIG gres lines the mig_layout role wrote. The node's lab data
+# (molecule.yml host_vars): lab_mig, the run's extra vars (gpuops_mig, gpuops_mig_config, gpuops_gpu and the
+# simulator's mig-minors), lab_mig_gpus (its simulated GPUs in this case), lab_mig_gres (the layout's Gres=).
+_HOST_VARS = yaml.safe_load((Path(__file__).resolve().parents[1] / "molecule.yml").read_text())["provisioner"][
+    "inventory"
+]["host_vars"]
+MIG_NODE = next(name for name, host in sorted(_HOST_VARS.items()) if "lab_mig" in host)
+MIG = _HOST_VARS[MIG_NODE]
+MIG_GRES = MIG["lab_mig_gres"]
+DRAIN_TASK = "Drain the node in Slurm before the change, and wait for its jobs"
+GRES_FAIL_TASK = "Fail a node whose Gres in Slurm is not its layout's"
+
+
+def gres_counts(gres: str) -> dict[str, int]:
+    """``{type: count}`` of a ``gpu:<type>:<count>,...`` string."""
+    return {entry.split(":")[1]: int(entry.split(":")[2]) for entry in gres.split(",")}
+
+
+def node_field(line: str, key: str) -> str:
+    """One ``Key=value`` of ``scontrol show node -o`` (values without spaces), "" when absent."""
+    found = [word.split("=", 1)[1] for word in line.split() if word.startswith(key + "=")]
+    return found[0] if found else ""
+
+
+def slurm_conf_giving(text: str, node: str, gres: str) -> str:
+    """slurm.conf with one NodeName line per node, in NODES order, ``node`` with ``Gres=gres``, the others as they were
+    (the scenario's one line names every node: slurm.conf.j2)."""
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("NodeName="):
+            lines.append(line)
+            continue
+        rest = line.split(None, 1)[1]
+        for name in NODES:
+            lines.append(
+                f"NodeName={name} "
+                + (
+                    " ".join(f"Gres={gres}" if word.startswith("Gres=") else word for word in rest.split())
+                    if name == node
+                    else rest
+                )
+            )
+    return "\n".join(lines) + "\n"
+
+
+def write_file(host: str, path: str, text: str) -> None:
+    done = subprocess.run(
+        ["podman", "exec", "-i", host, "sh", "-c", f"cat > {path}"],
+        input=text,
+        text=True,
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 0, f"{host}: writing {path}: {done.stderr}"
+
+
+@pytest.fixture(scope="module", name="mig_gres")
+def fixture_mig_gres(workdir, waited):
+    """Case 11: a MIG layout on a node in service, by playbooks/mig_layout.yml, seen by Slurm 24.11.
+
+    Runs last: it leaves MIG_NODE split (its simulated GPUs H100 SXM, the layout in place); a case added after it must
+    not gate that node. As an operator does it (docs/mig.md): the node's GPUs become MIG-capable (the lab swaps its
+    simulated L40S for H100 SXM), gres.conf leaves the node's GPU lines to the role (the other nodes' kept with
+    NodeName=), a job runs on it. The run drains it (our reason) and waits for the job, applies the layout, writes the
+    MultipleFiles lines from the capability minors, restarts slurmd, and keeps the node drained failing, because Slurm
+    still has Gres=gpu:4 for it (only slurm.conf changes a GPU count). The operator gives slurm.conf the Gres= the run
+    names and runs scontrol reconfigure (slurmctld and slurmd restart: slurmd -G and the registration read the lines);
+    the second run changes nothing and resumes the node."""
+    start = time.monotonic()
+    assert waited[1].rc == 0
+    before = {"slurm": slurm_nodes()[MIG_NODE], "line": scontrol_node(MIG_NODE)}
+    write_file(MIG_NODE, "/etc/gpuops-lab/gpus.json", json.dumps(MIG["lab_mig_gpus"]) + "\n")
+    others = ",".join(node for node in NODES if node != MIG_NODE)
+    write_file(MIG_NODE, "/etc/slurm/gres.conf", f"NodeName={others} Name=gpu File=/dev/nvidia[0-3]\n")
+    sh(MIG_NODE, "rm", "-f", RELEASE)
+    job = submit_job(MIG_NODE, UNTIL_RELEASED)
+    seen: dict = {}
+    release = release_when_draining(MIG_NODE, seen)
+    first_start = time.monotonic()
+    first = run_playbook(
+        "playbooks/mig_layout.yml", INVENTORY_DIR, workdir / "mig_layout_1", extravars=MIG["lab_mig"], limit=MIG_NODE
+    )
+    first_wall = round(time.monotonic() - first_start, 1)
+    release.join(timeout=30)
+    sh(MIG_NODE, "touch", RELEASE, check=False)  # the job ends even where the run never drained the node
+    assert seen, f"the run never drained {MIG_NODE}:\n{first.stdout[-6000:]}"
+    # the run stops where Slurm's Gres is not the layout's; anything else: its output, not a wait that runs out later
+    assert [failure.task for failure in first.failures] == [GRES_FAIL_TASK], first.stdout[-6000:]
+    state = {
+        "before": before,
+        "seen": seen,
+        "job_state": settled_job_state(job),
+        "after_first": slurm_nodes()[MIG_NODE],
+        "gres_conf": sh(MIG_NODE, "cat", "/etc/slurm/gres.conf"),
+        "slurmd_active": sh(MIG_NODE, "systemctl", "is-active", "slurmd", check=False).strip(),
+        # the minors of the capability files the simulator made for the instances that exist
+        "cap_minors": sh(
+            MIG_NODE,
+            "sh",
+            "-c",
+            "cat /run/gpuops-lab/proc/driver/nvidia/capabilities/gpu0/mig/*/access "
+            "/run/gpuops-lab/proc/driver/nvidia/capabilities/gpu0/mig/*/ci*/access",
+        ),
+        "cap_types": sh(MIG_NODE, "sh", "-c", "stat -c '%n %F %t' /dev/nvidia-caps/nvidia-cap*"),
+    }
+    # the operator: slurm.conf gives the node the Gres= the run named, everywhere, then scontrol reconfigure
+    conf = slurm_conf_giving(sh(CONTROLLER, "cat", "/etc/slurm/slurm.conf"), MIG_NODE, MIG_GRES)
+    for host in [CONTROLLER, *NODES]:
+        write_file(host, "/etc/slurm/slurm.conf", conf)
+    started = node_field(scontrol_node(MIG_NODE), "SlurmdStartTime")
+    time.sleep(1.1)  # SlurmdStartTime has a resolution of one second
+    sh(CONTROLLER, "scontrol", "reconfigure")
+
+    def registered_again():
+        line = sh(CONTROLLER, "scontrol", "show", "node", "-o", MIG_NODE, check=False)
+        return line if node_field(line, "SlurmdStartTime") not in ("", started) and f"Gres={MIG_GRES} " in line else ""
+
+    state["reconfigured"] = wait_for(f"{MIG_NODE} registered with Gres={MIG_GRES}", registered_again, timeout=60)
+    state["slurmd_g"] = subprocess.run(
+        ["podman", "exec", MIG_NODE, "slurmd", "-G"], capture_output=True, text=True, check=False
+    )
+    second_start = time.monotonic()
+    second = run_playbook(
+        "playbooks/mig_layout.yml", INVENTORY_DIR, workdir / "mig_layout_2", extravars=MIG["lab_mig"], limit=MIG_NODE
+    )
+    second_wall = round(time.monotonic() - second_start, 1)
+    state["after_second"] = slurm_nodes()[MIG_NODE]
+    state["line"] = scontrol_node(MIG_NODE)
+    # a job asking for two MIG devices of one type runs on the node, given two of its GPU records
+    state["srun"] = sh(
+        CONTROLLER,
+        "timeout",
+        "60",
+        "srun",
+        f"--nodelist={MIG_NODE}",
+        "--gres=gpu:1g.10gb:2",
+        "printenv",
+        "CUDA_VISIBLE_DEVICES",
+        check=False,
+    ).strip()
+    record("mig_gres_first_run_wall_s", first_wall)
+    record("mig_gres_second_run_wall_s", second_wall)
+    record("mig_gres_case_wall_s", round(time.monotonic() - start, 1))
+    return first, second, state
+
+
+def gres_block(text: str) -> list[str]:
+    """The lines of gres.conf's block written by gpuops.cluster.slurm_gres (markers left out)."""
+    lines = text.splitlines()
+    begin = next(i for i, line in enumerate(lines) if line.startswith("# BEGIN gpuops.cluster"))
+    end = lines.index("# END gpuops.cluster")
+    return lines[begin + 1 : end]
+
+
+def test_mig_layout_drains_the_node_in_service_with_our_reason_and_waits_for_its_job(mig_gres):
+    first, _unused, state = mig_gres
+    assert not drained(state["before"]["slurm"]), state["before"]["line"]
+    assert state["before"]["slurm"]["state"] in {"idle", "mixed", "allocated"}, state["before"]["line"]
+    # Slurm while the run waited for the job: draining, our reason, the job still running
+    assert "Reason=gpuops-mig[" in state["seen"]["line"], state["seen"]
+    assert "MIG layout lab-inference being applied (gpuops.cluster mig_layout)" in state["seen"]["line"]
+    assert "RUNNING" in state["seen"]["jobs"], state["seen"]
+    (drain,) = [result.result for result in first.results_for(task=DRAIN_TASK, host=MIG_NODE)]
+    assert drain["action"] == "drain", drain
+    assert drain["ours"], drain
+    assert drain["waited"] > 0, "the job ran when the drain started: the run must have waited for it"
+    assert state["job_state"] == "COMPLETED"
+
+
+def test_the_first_run_keeps_the_node_drained_naming_the_gres_slurm_conf_must_give(mig_gres):
+    first, _unused, state = mig_gres
+    assert first.rc != 0, first.stdout[-4000:]
+    (failure,) = first.failures
+    assert failure.host == MIG_NODE
+    assert f"give NodeName={MIG_NODE} Gres={MIG_GRES} in the controller's slurm.conf" in failure.result["msg"]
+    assert "Slurm has Gres=gpu:4" in failure.result["msg"], failure.result["msg"]
+    after = state["after_first"]
+    assert drained(after), after
+    assert after["reason"].startswith("gpuops-mig[")
+    assert f"slurm.conf must give the node Gres={MIG_GRES}" in after["reason"]
+    assert state["slurmd_active"] == "active"
+
+
+def test_gres_conf_has_the_multiple_files_lines_of_the_layout(mig_gres):
+    _unused, _unused, state = mig_gres
+    block = gres_block(state["gres_conf"])
+    assert block[0] == f"# slurm.conf for this node: Gres={MIG_GRES}"
+    lines = block[1:]
+    types = [line.split()[1].removeprefix("Type=") for line in lines]
+    assert {name: types.count(name) for name in types} == gres_counts(MIG_GRES)
+    minors = set()
+    for line in lines:
+        name, kind, files = line.split()
+        assert name == "Name=gpu"
+        key, paths = files.split("=", 1)
+        if kind == "Type=h100_80gb_hbm3":
+            assert key == "File", line
+            assert paths in {"/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3"}, line
+            continue
+        assert key == "MultipleFiles", line
+        gpu, gpu_instance, compute_instance = paths.split(",")
+        assert gpu == "/dev/nvidia0"
+        for cap in (gpu_instance, compute_instance):
+            assert cap.startswith("/dev/nvidia-caps/nvidia-cap"), line
+            minors.add(int(cap.removeprefix("/dev/nvidia-caps/nvidia-cap")))
+    # the capability minors of the instances in place (the driver's DeviceFileMinor), each a character device
+    in_place = {
+        int(line.split(":")[1]) for line in state["cap_minors"].splitlines() if line.startswith("DeviceFileMinor")
+    }
+    assert minors == in_place, (minors, in_place)
+    devices = dict(line.rsplit(" ", 1)[0].split(" ", 1) for line in state["cap_types"].splitlines())
+    assert all(devices[f"/dev/nvidia-caps/nvidia-cap{minor}"] == "character special file" for minor in minors)
+    # the other nodes' line, with their NodeName=, is kept
+    kept = state["gres_conf"].splitlines()[0]
+    assert kept.startswith("NodeName="), state["gres_conf"]
+    assert MIG_NODE not in kept, state["gres_conf"]
+
+
+def test_slurmd_reads_the_lines_and_slurm_reports_the_layout_gres(mig_gres):
+    _unused, second, state = mig_gres
+    # slurmd -G: the records slurmd builds from gres.conf, each a MIG device or a whole GPU with its type and files
+    out = state["slurmd_g"].stdout + state["slurmd_g"].stderr
+    assert "fix your gres.conf" not in out, out
+    assert "can't stat" not in out, out
+    records = [line for line in out.splitlines() if "Gres Name=gpu Type=" in line]
+    typed = [line.split("Type=", 1)[1].split()[0] for line in records]
+    assert {name: typed.count(name) for name in typed} == gres_counts(MIG_GRES), out
+    assert all("HAS_TYPE" in line for line in records), out
+    # after scontrol reconfigure: registered again (a new SlurmdStartTime), valid, with the layout's Gres
+    flags = set(node_field(state["reconfigured"], "State").split("+"))
+    assert not flags & {"INVAL", "INVALID_REG"}, state["reconfigured"]
+    assert second.rc == 0, second.stdout[-4000:]
+    assert f" Gres={MIG_GRES} " in state["line"], state["line"]
+    assert node_field(state["line"], "State") == "IDLE", state["line"]
+
+
+def test_the_second_run_changes_nothing_and_resumes_the_node(mig_gres):
+    _unused, second, state = mig_gres
+    changed = [(result.task, result.host) for result in second.changed]
+    assert changed == [("Give the node back to Slurm", MIG_NODE)], changed
+    assert not drained(state["after_second"]), state["after_second"]
+    assert state["after_second"]["state"] == "idle", state["after_second"]
+    # a job asking for two MIG devices of one type runs on the node with two GPU records
+    assert len(set(state["srun"].split(","))) == 2, state["srun"]
