@@ -94,12 +94,13 @@ EXAMPLES = r"""
         state: released
         ok: true
 
-# Or with the node's record built from its registered steps (roles/rolling_upgrade/tasks/main.yml):
-- name: Give the slot back, the record saying how the node ends
-  gpuops.cluster.upgrade_slot:
-    state: released
-    node: "{{ node_start | combine(node_steps) }}"
-  register: released
+    # Or with the node's record built from its registered steps (roles/rolling_upgrade/tasks/main.yml), which says
+    # whether the node is back and whether the run halts:
+    - name: Give the slot back, the record saying how the node ends
+      gpuops.cluster.upgrade_slot:
+        state: released
+        node: "{{ node_start | combine(node_steps) }}"
+      register: released
 """
 
 RETURN = r"""
