@@ -258,9 +258,9 @@ def run_records(nodes) -> tuple[list, dict]:
         slots[host] = slot
         record = _built(node.get("rolling_upgrade_released")) or _built(node.get("rolling_upgrade_slot"))
         if record is None and slot.get("admitted"):
-            record = {"host": host, "status": "failed", "halt": True, "reason": slot.get("reason") or LOST_REASON}
-            if slot.get("state") == "acquired" or slot.get("reason") == "admitted":
-                record["reason"] = LOST_REASON
+            # the strategy's reason when it saw the host leave the play (its slot released), else the loss itself
+            left = slot.get("state") == "released" and slot.get("reason") not in (None, "", "admitted")
+            record = {"host": host, "status": "failed", "halt": True, "reason": slot["reason"] if left else LOST_REASON}
         if record is None:
             rest.append(node)
         else:

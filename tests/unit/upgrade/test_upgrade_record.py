@@ -556,3 +556,14 @@ def test_the_journals_records_stand_for_the_nodes_it_names():
         {"host": "c", "status": "excluded", "reason": "unhealthy"},
     ]
     assert upgrade_record.with_journal_records(this_run, None) == this_run
+
+
+def test_a_node_admitted_that_gave_no_release_is_failed_with_why():
+    slots = [
+        ({"admitted": True, "state": "released", "reason": "left the play: unreachable"}, "left the play: unreachable"),
+        ({"admitted": True, "state": "acquired", "reason": "admitted"}, upgrade_record.LOST_REASON),
+        ({"admitted": True, "state": "released", "reason": "admitted"}, upgrade_record.LOST_REASON),
+    ]
+    for slot, reason in slots:
+        records, _slots = upgrade_record.run_records([{"inventory_hostname": "n", "gpuops_upgrade_slot": slot}])
+        assert records == [{"host": "n", "status": "failed", "halt": True, "reason": reason}]
