@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import drain_adapter, run_journal, upgrade_settings
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.run_state import RunState
 
@@ -212,3 +213,12 @@ def test_a_refresh_of_an_adapter_that_reads_no_fleet_is_refused(tmp_path):
     window = {"nodes": [{"name": "n01"}], "settings": {}, "refresh": dict(refresh(), adapter="none")}
     assert not state.open(window, 0.0)
     assert "refresh.adapter is 'none'" in state.broken
+
+
+def test_the_plans_read_of_every_node_has_the_bound_of_the_reads_during_the_run():
+    """One bound for every read of the Nodes: the plan's task (roles/rolling_upgrade/tasks/plan.yml) says it as a
+    literal, kept equal to drain_adapter.K8S_READ_TIMEOUT here."""
+    plan = Path(__file__).resolve().parents[3] / "roles" / "rolling_upgrade" / "tasks" / "plan.yml"
+    tasks = yaml.safe_load(plan.read_text(encoding="utf-8"))
+    read = next(task for task in tasks if "kubernetes.core.k8s_info" in task)
+    assert read["timeout"] == drain_adapter.K8S_READ_TIMEOUT == refresh()["timeout"]
