@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 import yaml
 from ansible_collections.gpuops.cluster.plugins.module_utils.mig import gres_conf_block
 
 from tests.integration.playbook_run import run_playbook
-from tests.integration.test_upgrade_window import STATEFUL_SLURM
+from tests.integration.test_upgrade_window import STATEFUL_SLURM, stateful_slurm
 from tests.unit.mig.test_gpu_mig_module import MIXED, SIM, Lab, gpu0, spec
 
 pytestmark = pytest.mark.integration
@@ -38,18 +37,10 @@ class Node:
         tools = tmp_path / "bin"
         tools.mkdir()
         (tools / "nvidia-smi").symlink_to(SIM)
-        self.state = tools / "state.json"
-        self.state.write_text(json.dumps({"nodes": {"gpu07": slurm_node}, "jobs": [], "log": []}))
-        script = tools / "slurm.py"
-        script.write_text(
-            (STATEFUL_SLURM % {"python": sys.executable, "state": str(self.state)}).replace(
-                '"gres": "gpu:8"', '"gres": node.get("gres")'
-            )
-        )
-        script.chmod(0o755)
-        for command in ("scontrol", "squeue", "sinfo"):
-            (tools / command).symlink_to(script)
-        monkeypatch.setenv("PATH", "%s:%s" % (tools, os.environ["PATH"]))
+        # the node's Gres as its state says (the layout's, once the test gives it), not always gpu:8
+        text = STATEFUL_SLURM.replace('"gres": "gpu:8"', '"gres": node.get("gres")')
+        _paths, self.state = stateful_slurm(tmp_path, {"gpu07": slurm_node}, [], text)
+        monkeypatch.setenv("PATH", "%s:%s:%s" % (tools, self.state.parent, os.environ["PATH"]))
         monkeypatch.setenv("GPUOPS_LAB_ROOT", str(root))
         self.conf = root / "etc/slurm/gres.conf"
         self.conf.parent.mkdir(parents=True)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 
 import pytest
 import yaml
 
 from tests.integration.playbook_run import run_playbook
-from tests.integration.test_upgrade_window import STATEFUL_SLURM
+from tests.integration.test_upgrade_window import stateful_slurm
 from tests.unit.mig.test_gpu_mig_module import SIM, Lab
 
 pytestmark = pytest.mark.integration
@@ -40,14 +39,8 @@ class Node:
         tools = tmp_path / "bin"
         tools.mkdir()
         (tools / "nvidia-smi").symlink_to(SIM)
-        self.state = tools / "state.json"
-        self.state.write_text(json.dumps({"nodes": {"gpu07": slurm_node}, "jobs": list(jobs), "log": []}))
-        script = tools / "slurm.py"
-        script.write_text(STATEFUL_SLURM % {"python": sys.executable, "state": str(self.state)})
-        script.chmod(0o755)
-        for command in ("scontrol", "squeue", "sinfo"):
-            (tools / command).symlink_to(script)
-        monkeypatch.setenv("PATH", "%s:%s" % (tools, os.environ["PATH"]))
+        _paths, self.state = stateful_slurm(tmp_path, {"gpu07": slurm_node}, list(jobs))
+        monkeypatch.setenv("PATH", "%s:%s:%s" % (tools, self.state.parent, os.environ["PATH"]))
         monkeypatch.setenv("GPUOPS_LAB_ROOT", str(root))
         self.conf = root / "etc/slurm/gres.conf"
         self.conf.parent.mkdir(parents=True)

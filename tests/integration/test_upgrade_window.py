@@ -519,14 +519,15 @@ else:
 '''
 
 
-def stateful_slurm(tmp_path, nodes: dict, jobs: list) -> tuple[dict, Path]:
-    """Stand-in scontrol, squeue and sinfo over one state file (drains and resumes change it); their paths."""
+def stateful_slurm(tmp_path, nodes: dict, jobs: list, text: str = STATEFUL_SLURM) -> tuple[dict, Path]:
+    """Stand-in scontrol, squeue and sinfo over one state file (drains and resumes change it); their paths.
+    ``text``: the stand-in's script (a variant of STATEFUL_SLURM)."""
     slurm = tmp_path / "slurm"
     slurm.mkdir()
     state = slurm / "state.json"
     state.write_text(json.dumps({"nodes": nodes, "jobs": jobs, "log": []}))
     script = slurm / "slurm.py"
-    script.write_text(STATEFUL_SLURM % {"python": sys.executable, "state": str(state)})
+    script.write_text(text % {"python": sys.executable, "state": str(state)})
     script.chmod(0o755)
     for command in ("scontrol", "squeue", "sinfo"):
         (slurm / command).symlink_to(script)
