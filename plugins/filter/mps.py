@@ -20,13 +20,14 @@ def mps_settings(spec, drain=None):
         raise AnsibleFilterError("gpuops.cluster.mps_settings: %s" % exc) from exc
 
 
-def mps_node_plan(settings, query_xml, gres_conf="", node_names=()):
+def mps_node_plan(settings, query_xml, gres_conf="", node_names=(), slurm_gres=None):
     """The node's MPS daemons and gres/mps lines from ``settings`` (``mps_settings``), its ``nvidia-smi -q -x`` and,
-    under Slurm, its gres.conf (``gres_conf``) and its names in Slurm (``node_names``)."""
+    under Slurm, its gres.conf (``gres_conf``), its names in Slurm (``node_names``) and its Gres as Slurm has it
+    (``slurm_gres``, None where not read)."""
     where = "gpuops.cluster.mps_node_plan"
     try:
         gpus = node_state(query_xml)["gpus"]
-        return mps_node.plan(settings, gpus, gres_conf or "", list(node_names or ()))
+        return mps_node.plan(settings, gpus, gres_conf or "", list(node_names or ()), slurm_gres)
     except (MigStateError, mps_node.MpsNodeError) as exc:
         raise AnsibleFilterError("%s: %s; nothing was changed" % (where, exc)) from exc
 

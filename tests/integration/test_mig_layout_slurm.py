@@ -37,8 +37,8 @@ class Node:
         tools = tmp_path / "bin"
         tools.mkdir()
         (tools / "nvidia-smi").symlink_to(SIM)
-        # the node's Gres as its state says (the layout's, once the test gives it), not always gpu:8
-        text = STATEFUL_SLURM.replace('"gres": "gpu:8"', '"gres": node.get("gres")')
+        # the node's Gres as its state says (the layout's, once the test gives it), none until then
+        text = STATEFUL_SLURM.replace('node.get("gres", "gpu:8")', 'node.get("gres")')
         _paths, self.state = stateful_slurm(tmp_path, {"gpu07": slurm_node}, [], text)
         monkeypatch.setenv("PATH", "%s:%s:%s" % (tools, self.state.parent, os.environ["PATH"]))
         monkeypatch.setenv("GPUOPS_LAB_ROOT", str(root))

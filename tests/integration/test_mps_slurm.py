@@ -26,6 +26,7 @@ PLAYBOOK = "tests/integration/playbooks/mps_slurm.yml"
 DRAIN = "Drain the node in Slurm before the change, and wait for its jobs"
 BEGIN = "# BEGIN gpuops.cluster: the gres/mps of this node (role mps; do not edit)"
 OPERATORS = "# the operator's lines, kept\nName=gpu File=/dev/nvidia[0-1]\n"
+MISMATCH = "Fail where slurm.conf does not give the node the block's gres/mps"
 
 
 class Node:
@@ -39,12 +40,17 @@ class Node:
         tools = tmp_path / "bin"
         tools.mkdir()
         (tools / "nvidia-smi").symlink_to(SIM)
+        # slurmd installed, not running (no systemd here): what tasks/plan.yml reads with systemctl show
+        systemctl = tools / "systemctl"
+        systemctl.write_text("#!/bin/sh\necho LoadState=loaded\necho ActiveState=inactive\n")
+        systemctl.chmod(0o755)
         _paths, self.state = stateful_slurm(tmp_path, {"gpu07": slurm_node}, list(jobs))
         monkeypatch.setenv("PATH", "%s:%s:%s" % (tools, self.state.parent, os.environ["PATH"]))
         monkeypatch.setenv("GPUOPS_LAB_ROOT", str(root))
         self.conf = root / "etc/slurm/gres.conf"
         self.conf.parent.mkdir(parents=True)
         self.conf.write_text(OPERATORS)
+        (self.conf.parent / "slurm.conf").write_text("# the node's slurm.conf (configless nodes have none)\n")
         self.inventory = tmp_path / "inventory.yml"
         self.vars = {
             "ansible_connection": "local",
@@ -54,11 +60,10 @@ class Node:
             "mps_slurm_gres_conf": str(self.conf),
             "mps_resume_wait": 5,
             "mps_drain_poll_interval": 1,
-            # slurmd installed, not running (tasks/main.yml reads it with systemctl show)
-            "__mps_slurmd": {"stdout_lines": ["LoadState=loaded", "ActiveState=inactive"]},
             **role_vars,
         }
         self.runs = 0
+        self.systemctl = str(systemctl)  # a role var (vars/main.yml): given as an extra var
 
     def declare(self, **mps):
         self.vars["gpuops_mps"] = {**self.vars["gpuops_mps"], **mps}
@@ -70,7 +75,13 @@ class Node:
             )
         )
         self.runs += 1
-        return run_playbook(PLAYBOOK, self.inventory, self.tmp / ("run%d" % self.runs), check=check)
+        return run_playbook(
+            PLAYBOOK,
+            self.inventory,
+            self.tmp / ("run%d" % self.runs),
+            extravars={"mps_systemctl": self.systemctl},
+            check=check,
+        )
 
     def slurm(self):
         return json.loads(self.state.read_text())
@@ -102,15 +113,17 @@ def test_an_mps_count_change_drains_the_node_writes_gres_conf_and_gives_it_back_
     node.declare(slurm_count=200)
     before = node.conf.read_text()
     checked = node.run(check=True)
-    assert checked.rc == 0, checked.stdout[-3000:]
+    assert checked.rc != 0  # as the run will: slurm.conf does not give the node the new count yet
+    assert "Slurm schedules its own count until slurm.conf says" in checked.results_for(task=MISMATCH)[0].result["msg"]
     assert [result.changed for result in checked.results_for(task=DRAIN)] == [True]
     assert "Write this node's gres/mps lines in gres.conf" in changed_tasks(checked)
     assert node.conf.read_text() == before
     assert len(node.log()) == 2  # no drain, no resume
     assert node.slurm()["nodes"]["gpu07"]["drain"] is False
 
+    # a higher count: gres.conf first (slurmd keeps running, Slurm schedules slurm.conf's mps:200), then slurm.conf
     run = node.run()
-    assert run.rc == 0, run.stdout[-3000:]
+    assert run.rc != 0
     log = node.log()[2:]
     assert [action for action, _reason in log] == ["drain", "resume"]
     assert log[0][1].startswith("gpuops-mps[")
@@ -120,7 +133,16 @@ def test_an_mps_count_change_drains_the_node_writes_gres_conf_and_gives_it_back_
     # slurmd was not running: not restarted
     restart = run.results_for(task="Restart slurmd so that it reads the new gres/mps records (only where it runs)")
     assert [result.event for result in restart] == ["runner_on_skipped"]
+    (mismatch,) = run.results_for(task=MISMATCH)
+    assert mismatch.result["msg"].startswith(
+        "gpu07: slurm.conf gives the node mps:200 (Slurm's Gres=gpu:2,mps:200), the gres/mps lines in gres.conf give "
+        "mps:400: Slurm schedules its own count until slurm.conf says NodeName=gpu07 Gres=<its gpu>,mps:400"
+    )
 
+    # the operator gives slurm.conf the count: the run passes, changing nothing
+    state = node.slurm()
+    state["nodes"]["gpu07"]["gres"] = "gpu:2,mps:400"
+    node.state.write_text(json.dumps(state))
     again = node.run()
     assert again.rc == 0, again.stdout[-3000:]
     assert len(node.log()) == 4  # nothing changed: no drain, no resume
@@ -168,7 +190,7 @@ def test_a_change_waits_for_the_nodes_job_and_one_that_outlasts_the_wait_changes
 
 
 def test_a_node_drained_by_someone_else_is_changed_and_keeps_that_drain(tmp_path, monkeypatch):
-    node = Node(tmp_path, monkeypatch, {"drain": True, "reason": "HW-1234 fan, ticket open", "gres": "gpu:2"})
+    node = Node(tmp_path, monkeypatch, {"drain": True, "reason": "HW-1234 fan, ticket open", "gres": "gpu:2,mps:200"})
     run = node.run()
     assert run.rc == 0, run.stdout[-3000:]
     assert node.log() == []  # neither drained again nor resumed
@@ -186,3 +208,27 @@ def test_a_drain_of_ours_an_earlier_run_left_is_given_back_with_nothing_to_chang
     assert run.rc == 0, run.stdout[-3000:]
     assert [action for action, _reason in node.log()] == ["drain", "resume", "resume"]
     assert node.slurm()["nodes"]["gpu07"]["drain"] is False
+
+
+def test_a_count_lower_than_slurm_confs_is_refused_with_nothing_drained_or_written(tmp_path, monkeypatch):
+    """slurmd stops at its start when gres.conf gives the node fewer gres/mps than slurm.conf: slurm.conf first."""
+    node = Node(tmp_path, monkeypatch, in_service())
+    assert node.run().rc == 0
+    node.declare(slurm_count=50)
+    before = node.conf.read_text()
+    for check in (True, False):
+        refused = node.run(check=check)
+        assert refused.rc != 0
+        assert "slurm.conf gives gpu07 mps:200 (Gres=gpu:2,mps:200), more than the mps:100" in refused.stdout
+        assert node.conf.read_text() == before
+        assert [action for action, _reason in node.log()] == ["drain", "resume"]  # the first run's only
+
+
+def test_a_configless_slurmd_is_refused_before_anything_changes(tmp_path, monkeypatch):
+    node = Node(tmp_path, monkeypatch, in_service())
+    (node.conf.parent / "slurm.conf").unlink()
+    run = node.run()
+    assert run.rc != 0
+    assert "a configless slurmd takes gres.conf from the controller" in run.stdout
+    assert node.conf.read_text() == OPERATORS
+    assert node.log() == []

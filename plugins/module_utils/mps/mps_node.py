@@ -152,13 +152,57 @@ def gres_change(text, lines):
     return {"changed": block != list(lines), "gres_before": gres_total(block)}
 
 
-def plan(settings, gpus, gres_conf="", node_names=()):
+def slurm_mps_count(slurm_gres):
+    """The gres/mps count of a node's Gres as Slurm's controller has it (``gpu:4,mps:400``, typed entries
+    ``mps:l40s:200`` summed, socket bindings ignored): slurm.conf's, 0 where it gives none."""
+    total = 0
+    for entry in re.sub(r"\([^)]*\)", "", slurm_gres or "").split(","):
+        parts = entry.strip().split(":")
+        if parts[0] == "mps" and len(parts) > 1 and parts[-1].isdigit():
+            total += int(parts[-1])
+    return total
+
+
+def slurm_check(slurm_gres, lines, changed, node_name):
+    """Slurm's gres/mps for the node against the block's ``lines``: ``None`` where they agree or Slurm was not read
+    (``slurm_gres`` None), else what slurm.conf must give the node.
+
+    Raises :class:`MpsNodeError`, before anything is changed, where a change of the block would give the node fewer
+    gres/mps than slurm.conf configures: slurmd then stops at its start (Slurm 22.05 and 24.11,
+    ``src/interfaces/gres.c`` (22.05: ``src/common/gres.c``) ``_foreach_slurm_conf``), leaving the node down. Slurm
+    takes the count only from slurm.conf ("modify your slurm.conf and gres.conf files and restart daemons",
+    ``doc/man/man1/scontrol.1``), so the order that keeps slurmd up is: a higher count in gres.conf first (this role),
+    then slurm.conf; a lower one in slurm.conf first, then gres.conf.
+    """
+    if slurm_gres is None or not lines:
+        return None
+    have, want = slurm_mps_count(slurm_gres), int(gres_total(lines).partition(":")[2] or 0)
+    if have == want:
+        return None
+    line = "NodeName=%s Gres=<its gpu>,mps:%d (and GresTypes with mps)" % (node_name, want)
+    if changed and want < have:
+        raise MpsNodeError(
+            "slurm.conf gives %s mps:%d (Gres=%s), more than the mps:%d the declared gres/mps lines would give: "
+            "slurmd stops at its start when gres.conf gives a node fewer gres/mps than slurm.conf (src/interfaces/"
+            "gres.c, _foreach_slurm_conf). Lower the node's count in the controller's slurm.conf first (%s), "
+            "restart slurmctld and the node's slurmd, then run again" % (node_name, have, slurm_gres, want, line)
+        )
+    return (
+        "slurm.conf gives the node mps:%d (Slurm's Gres=%s), the gres/mps lines in gres.conf give mps:%d: Slurm "
+        "schedules its own count until slurm.conf says %s; change it on the controller, restart slurmctld and the "
+        "node's slurmd, then run again (the node is in service)" % (have, slurm_gres or "(none)", want, line)
+    )
+
+
+def plan(settings, gpus, gres_conf="", node_names=(), slurm_gres=None):
     """``{daemons, gres_lines, gres, gpus, ...}`` for the node; ``gres`` is the gres/mps part of slurm.conf's Gres=,
     ``gres_changed`` whether the block of ``gres_conf`` changes (the node is drained for it), ``gres_before`` the
-    gres/mps the block gives now.
+    gres/mps the block gives now, ``slurm_mismatch`` what slurm.conf must give the node where Slurm's gres/mps for
+    it (``slurm_gres``, the node's Gres as ``slurm_fleet`` read it; None where not read) is not the block's.
 
     ``gres_conf``: the node's gres.conf (Slurm only), whose ``Name=mps`` lines for this node (``node_names``) outside
-    the block are refused, naming them.
+    the block are refused, naming them. A change that would give the node less gres/mps than slurm.conf does is
+    refused (:func:`slurm_check`).
     """
     chosen = mps_gpus(settings, gpus)
     lines = gres_lines(settings, chosen)
@@ -169,6 +213,8 @@ def plan(settings, gpus, gres_conf="", node_names=()):
             "lines (the block holds this node's gres/mps lines)" % " | ".join(clash)
         )
     change = gres_change(gres_conf, lines) if lines else {"changed": False, "gres_before": ""}
+    node_name = node_names[0] if node_names else "<node>"
+    mismatch = slurm_check(slurm_gres, lines, change["changed"], node_name)
     return {
         "scheduler": settings["scheduler"],
         "gpus": [gpu["index"] for gpu in chosen],
@@ -178,6 +224,7 @@ def plan(settings, gpus, gres_conf="", node_names=()):
         "gres_changed": change["changed"],
         "gres_before": change["gres_before"],
         "gres_marker": GRES_MARKER,
+        "slurm_mismatch": mismatch,
         "directories": sorted(
             {settings["pipe_directory"], settings["log_directory"]}
             | {d[key] for d in daemons(settings, chosen) for key in ("pipe_directory", "log_directory")}

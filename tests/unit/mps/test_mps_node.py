@@ -176,3 +176,49 @@ def test_a_block_edited_by_hand_is_a_change():
     assert mps_node.gres_total(["Name=mps count = 50 File=/dev/nvidia0", "Name=mps Count=25 File=/dev/nvidia1"]) == (
         "mps:75"
     )
+
+
+# Slurm's gres/mps for the node (slurm.conf's, read by slurm_fleet) against the block's (roles/mps tasks/plan.yml).
+def test_slurms_mps_count_is_read_from_its_gres_typed_or_not():
+    assert mps_node.slurm_mps_count("gpu:4,mps:400") == 400
+    assert mps_node.slurm_mps_count("gpu:l40s:4(S:0),mps:l40s:200(S:0),mps:a10:100") == 300
+    assert mps_node.slurm_mps_count("gpu:h100:8(S:0-1)") == 0
+    assert mps_node.slurm_mps_count("") == 0
+    assert mps_node.slurm_mps_count(None) == 0
+
+
+def test_slurm_agreeing_with_the_block_or_not_read_is_no_mismatch():
+    plan = mps_node_plan(mps_settings({"devices": [0]}, "slurm"), H100_8X, GRES_CONF, ["gpu05"], "gpu:8,mps:100")
+    assert plan["slurm_mismatch"] is None
+    assert (
+        mps_node_plan(mps_settings({"devices": [0]}, "slurm"), H100_8X, GRES_CONF, ["gpu05"])["slurm_mismatch"] is None
+    )
+    off = mps_node_plan(mps_settings({"devices": [0]}, "kubernetes"), H100_8X, GRES_CONF, ["gpu05"], "gpu:8")
+    assert off["slurm_mismatch"] is None
+
+
+def test_slurm_without_the_blocks_mps_names_the_line_slurm_conf_needs():
+    plan = mps_node_plan(mps_settings({"devices": [0, 5]}, "slurm"), H100_8X, GRES_CONF, ["gpu05"], "gpu:8(S:0-1)")
+    assert plan["gres_changed"] is True  # a higher count: gres.conf first, slurm.conf after
+    assert "slurm.conf gives the node mps:0 (Slurm's Gres=gpu:8(S:0-1))" in plan["slurm_mismatch"]
+    assert "NodeName=gpu05 Gres=<its gpu>,mps:200 (and GresTypes with mps)" in plan["slurm_mismatch"]
+
+
+def test_a_block_lower_than_slurm_conf_is_refused_before_anything_changes():
+    with pytest.raises(AnsibleFilterError) as refused:
+        mps_node_plan(
+            mps_settings({"devices": [0], "slurm_count": 50}, "slurm"), H100_8X, GRES_CONF, ["gpu05"], "gpu:8,mps:100"
+        )
+    message = str(refused.value)
+    assert "slurm.conf gives gpu05 mps:100 (Gres=gpu:8,mps:100), more than the mps:50" in message
+    assert (
+        "Lower the node's count in the controller's slurm.conf first (NodeName=gpu05 Gres=<its gpu>,mps:50" in message
+    )
+    assert "then run again; nothing was changed" in message
+
+
+def test_a_block_already_lower_than_slurm_conf_is_named_not_refused():
+    # nothing would change on the node: slurm.conf is the one to follow (the node's slurmd is what it is)
+    plan = mps_node_plan(mps_settings({"devices": [0]}, "slurm"), H100_8X, GRES_CONF, ["gpu05"], "gpu:8,mps:400")
+    assert plan["gres_changed"] is False
+    assert "slurm.conf gives the node mps:400" in plan["slurm_mismatch"]

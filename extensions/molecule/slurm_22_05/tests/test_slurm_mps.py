@@ -3,18 +3,22 @@
 Issue 29, item 5's lab proof, after the health check cases and before the settle wait (which uses the other node).
 On s22-gpu1 (4x L40S, the lab's stand-in ``nvidia-cuda-mps-control``, extensions/molecule/lab/gpu_tools.yml):
 
+0. without a scheduler (``scheduler: none``, as under Kubernetes): the node's one daemon,
+   ``gpuops-mps@node.service``, enabled and started under systemd, answering on ``/run/nvidia-mps`` with the
+   declared default thread percentage;
 1. ``playbooks/mps.yml`` with ``gpuops_mps`` {devices all, scheduler slurm, active_thread_percentage 50,
-   pinned_device_memory_limit 2G}: the template unit and one drop-in per GPU under systemd (never enabled, not
-   running), the pipe and log directories root's 0755, gres.conf's marked block of ``Name=mps`` lines beside the
-   lab's gpu line, the node drained in Slurm around that first block and given back, the Prolog, Epilog and
-   TaskProlog installed;
+   pinned_device_memory_limit 2G}: the node's daemon of step 0, no longer declared, stopped, disabled and its
+   drop-in removed; the template unit and one drop-in per GPU under systemd (never enabled, not running), the pipe
+   and log directories root's 0755, gres.conf's marked block of ``Name=mps`` lines beside the lab's gpu line, the
+   node drained in Slurm around that first block and given back, the Prolog, Epilog and TaskProlog installed; the
+   run fails at its end, naming the ``Gres=`` slurm.conf must give the node (Slurm's is still ``gpu:4``);
 2. slurm.conf, the controller's, given what the role printed for the node (GresTypes with mps, the node's Gres= with
    its ``mps:<total>``, Prolog=, Epilog=, TaskProlog=), as an operator does; slurmctld and slurmd restarted (a
    GresTypes change needs both): ``scontrol show node`` reports the node's gres/mps;
 3. a job with ``--gres=mps:50`` runs through the hooks: the Prolog started its GPU's daemon (the job finds it
    active, its pipe directory exported by the TaskProlog, and the daemon answering 50.0 and 2G, the defaults the
    drop-in sent), the Epilog stopped it once the job ended (the daemon's control.log ends with the ``quit``);
-4. a second run of the playbook changes nothing.
+4. a second run of the playbook passes and changes nothing.
 
 The case's wall time goes to ``.lab/slurm_22_05_measures.json`` (``mps_case_wall_s``).
 """
@@ -46,6 +50,8 @@ UNIT_DIR = "/etc/systemd/system"
 SAY_TASK = "Say what slurm.conf needs for this node"
 DRAIN_TASK = "Drain the node in Slurm before the change, and wait for its jobs"
 WRITE_TASK = "Write this node's gres/mps lines in gres.conf"
+MISMATCH_TASK = "Fail where slurm.conf does not give the node the block's gres/mps"
+NODE_DAEMON = "gpuops-mps@node.service"
 RESTART_TASK = "Restart slurmd so that it reads the new gres/mps records (only where it runs)"
 RESUME_TASK = "Give the node back to Slurm"
 DRAIN_REASON = re.compile(r"^gpuops-mps\[")
@@ -79,10 +85,16 @@ def write(host: str, path: str, text: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def apply(workdir, name: str):
+def apply(workdir, name: str, settings: dict = SETTINGS):
     return ru.run_playbook(
-        "playbooks/mps.yml", ru.INVENTORY_DIR, workdir / name, extravars={"gpuops_mps": SETTINGS}, limit=NODE
+        "playbooks/mps.yml", ru.INVENTORY_DIR, workdir / name, extravars={"gpuops_mps": settings}, limit=NODE
     )
+
+
+def ask(pipe: str, command: str) -> str:
+    """A control command sent to the daemon listening in ``pipe``, as a client does."""
+    script = f"echo {command} | CUDA_MPS_PIPE_DIRECTORY={pipe} nvidia-cuda-mps-control"
+    return ru.sh(NODE, "sh", "-c", script, check=False).strip()
 
 
 def needs(run) -> dict:
@@ -130,9 +142,16 @@ def fixture_mps(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("mps")
     start = time.monotonic()
     state: dict = {}
+    alone = apply(workdir, "alone", {**SETTINGS, "scheduler": "none"})
+    assert alone.rc == 0, alone.stdout[-4000:]
+    state["alone"] = {"unit": unit(NODE_DAEMON), "threads": ask(PIPE, "get_default_active_thread_percentage")}
+
     first = apply(workdir, "first")
-    assert first.rc == 0, first.stdout[-4000:]
     state["first"] = first
+    state["alone_after"] = {
+        "unit": unit(NODE_DAEMON),
+        "dropin": ru.sh(NODE, "ls", "-d", f"{UNIT_DIR}/{NODE_DAEMON}.d", check=False).strip(),
+    }
     state["gpus"] = uuids()
     state["units"] = {index: unit(f"gpuops-mps@{index}.service") for index in state["gpus"]}
     state["dirs"] = {
@@ -186,6 +205,20 @@ def fixture_mps(tmp_path_factory):
     return state
 
 
+def test_without_a_scheduler_the_nodes_daemon_runs_from_boot_and_answers_with_the_defaults(mps):
+    props = mps["alone"]["unit"]
+    assert (props["LoadState"], props["ActiveState"], props["UnitFileState"]) == ("loaded", "active", "enabled")
+    assert f"CUDA_MPS_PIPE_DIRECTORY={PIPE}" in props["Environment"].split()
+    assert mps["alone"]["threads"] == "50.0"
+
+
+def test_the_nodes_daemon_no_longer_declared_is_stopped_disabled_and_its_drop_in_removed(mps):
+    props = mps["alone_after"]["unit"]
+    assert props["ActiveState"] == "inactive", props
+    assert props["UnitFileState"] in ("disabled", "indirect"), props
+    assert mps["alone_after"]["dropin"] == ""
+
+
 def test_the_role_declared_one_daemon_per_gpu_under_systemd_none_running(mps):
     assert sorted(mps["gpus"]) == [0, 1, 2, 3]
     for index, props in mps["units"].items():
@@ -219,6 +252,14 @@ def test_the_first_block_drained_the_node_and_gave_it_back(mps):
     assert {DRAIN_TASK, WRITE_TASK, RESTART_TASK, RESUME_TASK} <= changed, changed
     assert not ru.drained(mps["after_first"]), mps["after_first"]
     assert not DRAIN_REASON.match(mps["after_first"]["reason"] or "")
+
+
+def test_the_first_run_fails_naming_the_gres_slurm_conf_must_give_the_node(mps):
+    first = mps["first"]
+    assert first.rc != 0
+    (failed,) = first.results_for(task=MISMATCH_TASK, host=NODE)
+    assert failed.result["msg"].startswith(f"{NODE}: slurm.conf gives the node mps:0 (Slurm's Gres=gpu:4"), failed
+    assert f"until slurm.conf says NodeName={NODE} Gres=<its gpu>,mps:400" in failed.result["msg"]
 
 
 def test_scontrol_reports_the_nodes_mps_gres(mps):
