@@ -232,3 +232,19 @@ def test_a_configless_slurmd_is_refused_before_anything_changes(tmp_path, monkey
     assert "a configless slurmd takes gres.conf from the controller" in run.stdout
     assert node.conf.read_text() == OPERATORS
     assert node.log() == []
+
+
+def test_mps_on_one_of_two_gpus_needs_a_typed_gpu_line(tmp_path, monkeypatch):
+    """Slurm spreads gres/mps evenly over untyped GPUs without Cores= (measured on 22.05.8): refused, then accepted
+    once the operator's gpu line has a Type=."""
+    node = Node(tmp_path, monkeypatch, {"drain": False, "reason": "", "gres": "gpu:h100:2,mps:100"})
+    node.declare(devices=[1])
+    refused = node.run()
+    assert refused.rc != 0
+    assert "gpuops_mps devices shares GPU 1 of the node's 2, but its Name=gpu line(s) have neither" in refused.stdout
+    assert node.conf.read_text() == OPERATORS
+    assert node.log() == []
+    node.conf.write_text(OPERATORS.replace("Name=gpu File=", "Name=gpu Type=h100 File="))
+    run = node.run()
+    assert run.rc == 0, run.stdout[-3000:]
+    assert node.mps_lines() == ["Name=mps Count=100 File=/dev/nvidia1"]

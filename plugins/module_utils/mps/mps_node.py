@@ -35,6 +35,8 @@ NODE_INSTANCE = "node"
 GRES_MARKER = "# {mark} gpuops.cluster: the gres/mps of this node (role mps; do not edit)"
 _MPS_LINE = re.compile(r"(?:^|\s)name\s*=\s*mps\b", re.IGNORECASE)
 _COUNT = re.compile(r"(?:^|\s)count\s*=\s*(\d+)\b", re.IGNORECASE)
+_AUTODETECT_NVML = re.compile(r"(?:^|\s)autodetect\s*=\s*nvml\b", re.IGNORECASE)
+_TYPE_OR_CORES = re.compile(r"(?:^|\s)(?:type|cores)\s*=\s*\S", re.IGNORECASE)
 
 
 class MpsNodeError(ValueError):
@@ -152,6 +154,41 @@ def gres_change(text, lines):
     return {"changed": block != list(lines), "gres_before": gres_total(block)}
 
 
+def subset_problem(gres_conf, node_names, chosen, gpus):
+    """Why Slurm would not schedule gres/mps on only ``chosen`` of the node's ``gpus``, or None.
+
+    Measured on Slurm 22.05.8 (gres.conf ``Name=gpu File=/dev/nvidia[0-3]``, gres/mps on nvidia2 and nvidia3 alone):
+    slurmd gives the other GPUs a count of 0 (``src/plugins/gres/common/gres_c_s.c`` ``_merge_lists``), but
+    slurmctld keeps per-GPU counts only where the gpu records have a ``Type=`` or ``Cores=`` (``src/common/gres.c``,
+    24.11 ``src/interfaces/gres.c``: ``_get_tot_gres_cnt``, ``_node_config_validate``) and otherwise spreads the
+    node's total evenly (``_sync_node_shared_to_sharing``): an mps:50 job landed on GPU 0, which has no MPS, with
+    ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=0``. With ``Type=`` on the gpu line, or ``AutoDetect=nvml`` (which gives
+    both), the job went to GPU 2 at 50 %%.
+    """
+    if len(chosen) == len(gpus):
+        return None
+    outside = _split(gres_conf)[0]
+    if gres_conf_block.conflicts(outside, node_names, _AUTODETECT_NVML):
+        return None
+    records = gres_conf_block.conflicts(outside, node_names)
+    untyped = [line for line in records if not _TYPE_OR_CORES.search(line.split("#", 1)[0])]
+    if records and not untyped:
+        return None
+    return (
+        "gpuops_mps devices shares GPU %s of the node's %d, but %s: Slurm then spreads the node's gres/mps evenly over "
+        "all its GPUs and sends MPS jobs to GPUs without MPS (src/common/gres.c, _sync_node_shared_to_sharing). Give "
+        "this node's Name=gpu lines in gres.conf a Type= (and slurm.conf's Gres= its type) or Cores=, or use "
+        "AutoDetect=nvml, or share every GPU (devices: all)"
+        % (
+            ", ".join(str(gpu["index"]) for gpu in chosen),
+            len(gpus),
+            "its gres.conf has no Name=gpu line for it"
+            if not records
+            else "its Name=gpu line(s) have neither Type= nor Cores= (%s)" % " | ".join(untyped),
+        )
+    )
+
+
 def slurm_mps_count(slurm_gres):
     """The gres/mps count of a node's Gres as Slurm's controller has it (``gpu:4,mps:400``, typed entries
     ``mps:l40s:200`` summed, socket bindings ignored): slurm.conf's, 0 where it gives none."""
@@ -168,11 +205,15 @@ def slurm_check(slurm_gres, lines, changed, node_name):
     (``slurm_gres`` None), else what slurm.conf must give the node.
 
     Raises :class:`MpsNodeError`, before anything is changed, where a change of the block would give the node fewer
-    gres/mps than slurm.conf configures: slurmd then stops at its start (Slurm 22.05 and 24.11,
-    ``src/interfaces/gres.c`` (22.05: ``src/common/gres.c``) ``_foreach_slurm_conf``), leaving the node down. Slurm
-    takes the count only from slurm.conf ("modify your slurm.conf and gres.conf files and restart daemons",
-    ``doc/man/man1/scontrol.1``), so the order that keeps slurmd up is: a higher count in gres.conf first (this role),
-    then slurm.conf; a lower one in slurm.conf first, then gres.conf.
+    gres/mps than slurm.conf configures: slurmd then exits at its start, leaving the node down. Measured on Slurm
+    22.05.8: ``fatal: _build_shared_list: multiple configurations with and without "File"``, as ``_merge_gres2``
+    (``src/common/gres.c``; 24.11 ``src/interfaces/gres.c``) adds the shortfall as a record without ``File=`` and
+    ``_build_shared_list`` (``src/plugins/gres/common/gres_c_s.c``, the same in 24.11) refuses the mix. A higher
+    count in gres.conf is kept running, the excess ignored ("A line in gres.conf for GRES mps has 100 more configured
+    than expected in slurm.conf. Ignoring extra GRES."). Slurm takes the count only from slurm.conf ("modify your
+    slurm.conf and gres.conf files and restart daemons", ``doc/man/man1/scontrol.1``), so the order that keeps
+    slurmd up is: a higher count in gres.conf first (this role), then slurm.conf; a lower one in slurm.conf first,
+    then gres.conf.
     """
     if slurm_gres is None or not lines:
         return None
@@ -183,8 +224,9 @@ def slurm_check(slurm_gres, lines, changed, node_name):
     if changed and want < have:
         raise MpsNodeError(
             "slurm.conf gives %s mps:%d (Gres=%s), more than the mps:%d the declared gres/mps lines would give: "
-            "slurmd stops at its start when gres.conf gives a node fewer gres/mps than slurm.conf (src/interfaces/"
-            "gres.c, _foreach_slurm_conf). Lower the node's count in the controller's slurm.conf first (%s), "
+            "slurmd exits at its start when gres.conf gives a node fewer gres/mps than slurm.conf (fatal: "
+            '_build_shared_list: multiple configurations with and without "File"). Lower the node\'s count in the '
+            "controller's slurm.conf first (%s), "
             "restart slurmctld and the node's slurmd, then run again" % (node_name, have, slurm_gres, want, line)
         )
     return (
@@ -206,6 +248,9 @@ def plan(settings, gpus, gres_conf="", node_names=(), slurm_gres=None):
     """
     chosen = mps_gpus(settings, gpus)
     lines = gres_lines(settings, chosen)
+    subset = subset_problem(gres_conf, node_names, chosen, gpus) if lines else None
+    if subset:
+        raise MpsNodeError(subset)
     clash = gres_conflicts(gres_conf, node_names) if lines else []
     if clash:
         raise MpsNodeError(

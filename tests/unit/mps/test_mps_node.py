@@ -17,6 +17,8 @@ H200_MIG = (FIXTURES / "h200-1x-mig-3211.xml").read_text()
 H200 = (FIXTURES / "h200-1x-vm-idle.xml").read_text()
 UUID_0 = "GPU-1c7a6f02-8d2e-4b71-9a55-0e4f3b7c2d10"
 UUID_5 = "GPU-d7a3b5c9-0e2f-4168-a4d6-3b9f7c1e5a65"
+# the operator's GPU line with a type: Slurm keeps each GPU's own gres/mps count (mps_node.subset_problem)
+TYPED_GPUS = "Name=gpu Type=h100 File=/dev/nvidia[0-7]\n"
 
 
 def test_kubernetes_gets_one_daemon_for_every_gpu_with_its_defaults_for_each_device():
@@ -45,7 +47,9 @@ def test_without_defaults_no_command_is_sent():
 
 
 def test_slurm_gets_a_daemon_per_gpu_in_its_own_directories_and_a_gres_line_per_gpu():
-    plan = mps_node_plan(mps_settings({"devices": [0, 5], "pinned_device_memory_limit": "512M"}, "slurm"), H100_8X)
+    plan = mps_node_plan(
+        mps_settings({"devices": [0, 5], "pinned_device_memory_limit": "512M"}, "slurm"), H100_8X, TYPED_GPUS
+    )
     assert [d["unit"] for d in plan["daemons"]] == ["gpuops-mps@0.service", "gpuops-mps@5.service"]
     five = plan["daemons"][1]
     assert five["visible_devices"] == UUID_5
@@ -68,7 +72,7 @@ def test_slurm_gets_a_daemon_per_gpu_in_its_own_directories_and_a_gres_line_per_
 def test_the_gres_line_names_the_device_file_by_minor_number_not_by_index():
     gpus = node_state(H100_8X)["gpus"]
     gpus[1]["minor"], gpus[2]["minor"] = 2, 1
-    plan = mps_node.plan(settings({"devices": [1], "slurm_count": 400}, "slurm"), gpus)
+    plan = mps_node.plan(settings({"devices": [1], "slurm_count": 400}, "slurm"), gpus, TYPED_GPUS)
     assert plan["gres_lines"] == ["Name=mps Count=400 File=/dev/nvidia2"]
     assert plan["gres"] == "mps:400"
 
@@ -152,7 +156,8 @@ def test_another_gpu_is_a_change_of_the_records_at_the_same_count_per_gpu():
 def test_a_first_block_is_a_change_from_no_mps():
     plan = mps_node_plan(mps_settings({"devices": [0]}, "slurm"), H100_8X, "AutoDetect=nvml\n", ["gpu05"])
     assert (plan["gres_changed"], plan["gres_before"]) == (True, "")
-    assert mps_node_plan(mps_settings({"devices": [0]}, "slurm"), H100_8X, "", ["gpu05"])["gres_changed"] is True
+    first = mps_node_plan(mps_settings({"devices": [0]}, "slurm"), H100_8X, TYPED_GPUS, ["gpu05"])
+    assert first["gres_changed"] is True
 
 
 def test_settings_outside_the_block_are_no_change():
@@ -222,3 +227,45 @@ def test_a_block_already_lower_than_slurm_conf_is_named_not_refused():
     plan = mps_node_plan(mps_settings({"devices": [0]}, "slurm"), H100_8X, GRES_CONF, ["gpu05"], "gpu:8,mps:400")
     assert plan["gres_changed"] is False
     assert "slurm.conf gives the node mps:400" in plan["slurm_mismatch"]
+
+
+# MPS on some of the node's GPUs (mps_node.subset_problem): measured on Slurm 22.05.8, an untyped gpu line without
+# Cores= makes slurmctld spread the node's gres/mps evenly, sending an mps:50 job to a GPU without MPS at 0 %.
+def test_mps_on_some_gpus_over_untyped_gpu_lines_is_refused_naming_the_lines():
+    untyped = "Name=gpu File=/dev/nvidia[0-3]\nNodeName=gpu05 Name=gpu File=/dev/nvidia[4-7]\n"
+    with pytest.raises(AnsibleFilterError) as refused:
+        mps_node_plan(mps_settings({"devices": [4, 5, 6, 7]}, "slurm"), H100_8X, untyped, ["gpu05"])
+    message = str(refused.value)
+    assert "gpuops_mps devices shares GPU 4, 5, 6, 7 of the node's 8, but its Name=gpu line(s) have neither" in message
+    assert "(Name=gpu File=/dev/nvidia[0-3] | NodeName=gpu05 Name=gpu File=/dev/nvidia[4-7])" in message
+    assert "or share every GPU (devices: all)" in message
+
+
+def test_mps_on_some_gpus_without_any_gpu_line_for_the_node_is_refused():
+    other = "NodeName=gpu09 Name=gpu Type=h100 File=/dev/nvidia[0-7]\n"
+    with pytest.raises(AnsibleFilterError, match=r"its gres\.conf has no Name=gpu line for it"):
+        mps_node_plan(mps_settings({"devices": [4]}, "slurm"), H100_8X, other, ["gpu05"])
+
+
+def test_mps_on_some_gpus_is_accepted_over_typed_lines_cores_or_autodetect():
+    for conf in (
+        TYPED_GPUS,
+        "Name=gpu File=/dev/nvidia[0-7] Cores=0-15\n",
+        "AutoDetect=nvml\n",
+        "NodeName=gpu[01-08] AutoDetect=nvml\n",
+    ):
+        plan = mps_node_plan(mps_settings({"devices": [4, 5]}, "slurm"), H100_8X, conf, ["gpu05"])
+        assert plan["gpus"] == [4, 5], conf
+
+
+def test_every_gpu_or_another_scheduler_needs_no_typed_line():
+    untyped = "Name=gpu File=/dev/nvidia[0-7]\n"
+    assert mps_node_plan(mps_settings({}, "slurm"), H100_8X, untyped, ["gpu05"])["gpus"] == list(range(8))
+    assert mps_node_plan(mps_settings({"devices": [4]}, "kubernetes"), H100_8X, untyped, ["gpu05"])["gpus"] == [4]
+
+
+def test_a_commented_type_does_not_count():
+    with pytest.raises(AnsibleFilterError, match="neither Type= nor Cores="):
+        mps_node_plan(
+            mps_settings({"devices": [4]}, "slurm"), H100_8X, "Name=gpu File=/dev/nvidia[0-7]  # Type=h100\n", ["x"]
+        )

@@ -40,7 +40,8 @@ def ini(text):
 
 def plan_for(spec, scheduler):
     settings = mps_settings(spec, scheduler)
-    return settings, mps_node_plan(settings, H100_8X)
+    # AutoDetect=nvml: Slurm knows each GPU's type, so MPS on some of them is scheduled where it is
+    return settings, mps_node_plan(settings, H100_8X, "AutoDetect=nvml\n")
 
 
 def test_the_unit_forks_the_control_daemon_and_quits_it_through_its_pipe():
