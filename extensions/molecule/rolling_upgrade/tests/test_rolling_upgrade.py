@@ -51,7 +51,13 @@ and a controller ru-ctl. The cases run in file order, each on the state the one 
    which ru-gpu1 and ru-gpu2 run): ru-gpu3 is upgraded first, then the run waits, nothing in flight and
    ru-gpu4 in service, until the job nears its end, and upgrades it; the journal (deadline, progress) and the
    report agree.
-11. Slurm 24.11 sees a MIG layout (issue 29 item 4; runs last, as it leaves ru-gpu2 split): the node, in service
+11. a controller lost between a node's upgrade and its give-back (issue 28 item 5), to 580.65.06 on ru-gpu3 and
+   ru-gpu4 with ``max_unavailable`` 1: the controller's ``scontrol`` holds ru-gpu3's resume (a lab wrapper on ru-ctl)
+   and the test kills the controller (SIGKILL to ansible-playbook's process group) the moment it is asked: ru-gpu3 is
+   left on the new packages, drained with our reason, its stack fact not finished. The same command again: the plan
+   names ru-gpu3 resumed first, out of service already; it is gated and given back before ru-gpu4 is taken out (never
+   two out at once across both runs), and the run ends completed with both upgraded and in service.
+12. Slurm 24.11 sees a MIG layout (issue 29 item 4; runs last, as it leaves ru-gpu2 split): the node, in service
    with a job running, is given MIG-capable simulated GPUs (four H100 SXM) and playbooks/mig_layout.yml applies GPU 0
    split, the others whole: the run drains it with our reason, waits for the job, writes gres.conf's
    ``Name=gpu Type=<profile> MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/...`` lines from the capability minors,
@@ -73,6 +79,7 @@ import datetime
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -1012,7 +1019,124 @@ def test_one_run_waits_in_service_for_the_last_job_and_finishes_the_fleet(waited
     assert audit["window"]["violations"] == []
 
 
-# Case 11 (issue 29): Slurm 24.11 sees the MIG gres lines the mig_layout role wrote. The node's lab data
+# Case 11 (issue 28 item 5): the controller lost between a node's upgrade and its give-back. The lab's scontrol on the
+# controller holds one node's resume (and says it was asked); every other call goes to Slurm's own scontrol.
+HOLD_MARK = "/var/tmp/gpuops-lab-resume-asked"
+HOLD_WRAPPER = "/usr/local/bin/scontrol"
+HOLD_SECONDS = "901"  # the held call's sleep, told from any other sleep on the controller
+
+
+def hold_resume_of(node: str) -> None:
+    text = (
+        "#!/bin/sh\n"
+        "# lab only (rolling_upgrade case 11): hold the resume of one node, as a controller lost at that moment would\n"
+        f'if [ "$1" = update ] && [ "$2" = nodename={node} ] && [ "$3" = state=resume ]; then\n'
+        f"    touch {HOLD_MARK}\n"
+        f"    exec sleep {HOLD_SECONDS}\n"
+        "fi\n"
+        'exec /usr/bin/scontrol "$@"\n'
+    )
+    write_file(CONTROLLER, HOLD_WRAPPER, text)
+    sh(CONTROLLER, "chmod", "0755", HOLD_WRAPPER)
+    sh(CONTROLLER, "rm", "-f", HOLD_MARK)
+
+
+def release_hold() -> None:
+    sh(CONTROLLER, "rm", "-f", HOLD_WRAPPER, HOLD_MARK)
+    sh(CONTROLLER, "pkill", "-x", "-f", f"sleep {HOLD_SECONDS}", check=False)
+
+
+def asked() -> bool:
+    return subprocess.run(["podman", "exec", CONTROLLER, "test", "-e", HOLD_MARK], check=False).returncode == 0
+
+
+def killed_at_give_back(workdir: Path, name: str, extravars: dict) -> subprocess.CompletedProcess:
+    """rolling_upgrade.yml as run_playbook runs it, in its own process group, killed (SIGKILL, the controller and its
+    workers) the moment the held resume is asked for."""
+    (workdir / f"{name}.json").write_text(json.dumps(extravars))
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"),
+        ANSIBLE_ROLES_PATH=str(REPO / "roles"),
+        ANSIBLE_NOCOLOR="1",
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    )
+    output = workdir / f"{name}.out"
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY_DIR)]
+    argv += [str(REPO / "rolling_upgrade.yml"), "-e", f"@{workdir / name}.json"]
+    with output.open("w") as out:
+        run = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for("the held resume asked for (or the run ended)", lambda: run.poll() is not None or asked(), timeout=600)
+        assert run.poll() is None, output.read_text()[-4000:]
+        os.killpg(run.pid, signal.SIGKILL)
+    finally:
+        run.wait(timeout=60)
+    return subprocess.CompletedProcess(argv, run.returncode, output.read_text())
+
+
+@pytest.fixture(scope="module", name="lost")
+def fixture_lost(workdir, waited):
+    """Case 11: the fleet is on NEW (case 10); ru-gpu3 and ru-gpu4 go to BRANCH, one at a time."""
+    assert waited[1].rc == 0
+    first_node, second_node = NODES[2], NODES[3]
+    settings = {
+        "gpuops_stack": STACK[BRANCH],
+        "gpuops_target_hosts": f"{first_node}:{second_node}",
+        "gpuops_upgrade_max_unavailable": 1,
+        "gpuops_upgrade_run_id": f"lost-{datetime.datetime.now(datetime.timezone.utc):%H%M%S}",
+        "gpuops_upgrade_report_path": str(workdir / "lost.json"),
+    }
+    hold_resume_of(first_node)
+    try:
+        killed = killed_at_give_back(workdir, "lost-killed", settings)
+        left = {
+            "slurm": slurm_nodes(),
+            "installed": {n: installed(n) for n in (first_node, second_node)},
+            "fact": json.loads(sh(first_node, "cat", "/etc/ansible/facts.d/gpuops_stack.fact")),
+        }
+    finally:
+        release_hold()
+    start = time.monotonic()
+    # the same command again
+    run = run_playbook("rolling_upgrade.yml", INVENTORY_DIR, workdir / "lost-again", extravars=settings)
+    record("lost_controller_rerun_wall_s", round(time.monotonic() - start, 1))
+    audit = json.loads((workdir / "lost.json").read_text())
+    after = {"slurm": slurm_nodes(), "installed": {n: installed(n) for n in (first_node, second_node)}}
+    return (first_node, second_node), killed, left, run, audit, after
+
+
+def test_the_killed_controller_left_the_node_upgraded_and_drained_by_us(lost):
+    (first_node, second_node), killed, left, _run, _audit, _after = lost
+    assert killed.returncode == -9, killed.stdout[-4000:]
+    assert left["installed"][first_node]["nvidia-driver"].startswith(BRANCH)
+    assert drained(left["slurm"][first_node]), left["slurm"][first_node]
+    assert left["slurm"][first_node]["reason"].startswith("gpuops-upgrade["), left["slurm"][first_node]
+    # its stack fact: the upgrade begun, never recorded as finished (given back first, then recorded)
+    assert (left["fact"]["pending"] or {}).get("target_driver_version") == BRANCH, left["fact"]
+    # the other node was never taken out: the canary's give-back had not ended
+    assert not left["installed"][second_node]["nvidia-driver"].startswith(BRANCH)
+    assert not drained(left["slurm"][second_node])
+
+
+def test_the_same_command_gives_the_node_back_first_counting_it_out_of_service(lost):
+    (first_node, second_node), _killed, _left, run, audit, after = lost
+    assert run.rc == 0, run.stdout[-4000:]
+    assert audit["result"] == "completed", audit["counts"]
+    assert audit["plan"]["resumed"] == [first_node], audit["plan"]
+    assert "resumed first, out of service already (left by an earlier run): %s" % first_node in run.stdout
+    assert statuses(audit) == {first_node: "upgraded", second_node: "upgraded"}
+    spans = {host: (start, end) for host, start, end in audit["window"]["timeline"]}
+    # out of service from the run's start until given back; the other node only after that
+    assert spans[second_node][0] >= spans[first_node][1], spans
+    assert audit["window"]["violations"] == []
+    for name in (first_node, second_node):
+        assert after["installed"][name]["nvidia-driver"].startswith(BRANCH)
+        assert not drained(after["slurm"][name]), scontrol_node(name)
+
+
+# Case 12 (issue 29): Slurm 24.11 sees the MIG gres lines the mig_layout role wrote. The node's lab data
 # (molecule.yml host_vars): lab_mig, the run's extra vars (gpuops_mig, gpuops_mig_config, gpuops_gpu and the
 # simulator's mig-minors), lab_mig_gpus (its simulated GPUs in this case), lab_mig_gres (the layout's Gres=).
 _HOST_VARS = yaml.safe_load((Path(__file__).resolve().parents[1] / "molecule.yml").read_text())["provisioner"][
@@ -1069,8 +1193,8 @@ def write_file(host: str, path: str, text: str) -> None:
 
 
 @pytest.fixture(scope="module", name="mig_gres")
-def fixture_mig_gres(workdir, waited):
-    """Case 11: a MIG layout on a node in service, by playbooks/mig_layout.yml, seen by Slurm 24.11.
+def fixture_mig_gres(workdir, lost):
+    """Case 12: a MIG layout on a node in service, by playbooks/mig_layout.yml, seen by Slurm 24.11.
 
     Runs last: it leaves MIG_NODE split (its simulated GPUs H100 SXM, the layout in place); a case added after it must
     not gate that node. As an operator does it (docs/mig.md): the node's GPUs become MIG-capable (the lab swaps its
@@ -1081,7 +1205,7 @@ def fixture_mig_gres(workdir, waited):
     names and runs scontrol reconfigure (slurmctld and slurmd restart: slurmd -G and the registration read the lines);
     the second run changes nothing and resumes the node."""
     start = time.monotonic()
-    assert waited[1].rc == 0
+    assert lost[3].rc == 0
     before = {"slurm": slurm_nodes()[MIG_NODE], "line": scontrol_node(MIG_NODE)}
     write_file(MIG_NODE, "/etc/gpuops-lab/gpus.json", json.dumps(MIG["lab_mig_gpus"]) + "\n")
     others = ",".join(node for node in NODES if node != MIG_NODE)
