@@ -32,6 +32,8 @@ the start of the pair and at its end):
       300    76.1 s     68.2 s   0.90          0.7 -> 10.4  window built once from the play (stop 23), machine
                                                             otherwise idle (the load is the benchmark's own forks)
     1,250   370.4 s    366.2 s   0.99          9.6 ->  9.0  the same, right after
+    1,250   423.3 s    397.0 s   0.94          0.2 ->  8.8  stop 36 (issue 28's window: refresh, deadline, journal,
+                                                            node records), a quiet machine, nothing else running
 
 The profile at 300 hosts put the cost in the strategy's get_hosts_left: every
 host's next task looked up (a copy of its iterator state) and one set of the
