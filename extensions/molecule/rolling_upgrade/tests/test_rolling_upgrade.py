@@ -273,13 +273,14 @@ def overlapping(audit: dict, first: str, second: str) -> bool:
     return spans[first][0] < spans[second][1] and spans[second][0] < spans[first][1]
 
 
-def record(key: str, value) -> None:
-    """Add one figure to the measures file; slurm_22_05 (another lane of CI) writes to it at the same time."""
-    with open(MEASURES.with_suffix(".lock"), "w", encoding="utf-8") as lock:
+def record(key: str, value, path: Path = MEASURES) -> None:
+    """Add one figure to a measures file (this scenario's by default), under a lock: slurm_22_05 (another lane of CI)
+    writes to this one too, and to its own (tests/rollout_helpers.py)."""
+    with open(path.with_suffix(".lock"), "w", encoding="utf-8") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        measures = json.loads(MEASURES.read_text()) if MEASURES.exists() else {}
+        measures = json.loads(path.read_text()) if path.exists() else {}
         measures[key] = value
-        MEASURES.write_text(json.dumps(measures, indent=2, sort_keys=True) + "\n")
+        path.write_text(json.dumps(measures, indent=2, sort_keys=True) + "\n")
 
 
 def event_time(run: PlaybookRun, task: str, host: str) -> datetime.datetime:

@@ -2,7 +2,8 @@
 
 Its module (extensions/molecule/rolling_upgrade/tests/test_rolling_upgrade.py) names a third node at import
 (``FOREIGN_NODE = NODES[2]``, for a case of its four-node fleet that slurm_22_05 does not run); with two nodes
-that line is read as no foreign node. Everything else is the module as it is.
+that line is read as no foreign node. Everything else is the module as it is. ``record`` writes slurm_22_05's own
+figures.
 """
 
 from __future__ import annotations
@@ -26,3 +27,10 @@ def load() -> types.ModuleType:
 
 
 ru = load()
+# slurm_22_05's own figures (the rollout's go to the rolling_upgrade scenario's file, through ru.record)
+MEASURES = ru.REPO / ".lab" / "slurm_22_05_measures.json"
+
+
+def record(key: str, value) -> None:
+    """Add one figure to slurm_22_05's measures file."""
+    ru.record(key, value, MEASURES)

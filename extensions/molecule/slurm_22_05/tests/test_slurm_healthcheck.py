@@ -27,21 +27,14 @@ import time
 from pathlib import Path
 
 import pytest
-from rollout_helpers import ru
+from rollout_helpers import record, ru
 
 SCENARIO = Path(__file__).resolve().parents[1]
-MEASURES = ru.REPO / ".lab" / "slurm_22_05_measures.json"
 NODE = ru.CANARY
 HEALTHY = next(node for node in ru.NODES if node != NODE)
 STATE = "/var/lib/gpuops-health/state.json"
 SNIPPET_LINE = "Include /etc/gpuops/slurm-gpu-health.conf"
 PREFIX = "gpuops-health: "
-
-
-def record(key: str, value) -> None:
-    measures = json.loads(MEASURES.read_text()) if MEASURES.exists() else {}
-    measures[key] = value
-    MEASURES.write_text(json.dumps(measures, indent=2, sort_keys=True) + "\n")
 
 
 def stored_samples(node: str) -> int:

@@ -25,15 +25,12 @@ The case's wall time goes to ``.lab/slurm_22_05_measures.json`` (``mps_case_wall
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 import time
 
 import pytest
-from rollout_helpers import ru
+from rollout_helpers import record, ru
 
-MEASURES = ru.REPO / ".lab" / "slurm_22_05_measures.json"
 NODE = ru.CANARY
 SLURM_CONF = "/etc/slurm/slurm.conf"
 SETTINGS = {
@@ -66,23 +63,6 @@ JOB = (
     'echo "pinned=$(echo get_default_device_pinned_mem_limit 0 | nvidia-cuda-mps-control)"; '
     'echo "record=$(cat /run/gpuops-mps/$SLURM_JOB_ID)"'
 )
-
-
-def record(key: str, value) -> None:
-    measures = json.loads(MEASURES.read_text()) if MEASURES.exists() else {}
-    measures[key] = value
-    MEASURES.write_text(json.dumps(measures, indent=2, sort_keys=True) + "\n")
-
-
-def write(host: str, path: str, text: str) -> None:
-    done = subprocess.run(
-        ["podman", "exec", "-i", host, "sh", "-c", f"cat > {path}"],
-        input=text,
-        text=True,
-        capture_output=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
 
 
 def apply(workdir, name: str, settings: dict = SETTINGS):
@@ -165,7 +145,7 @@ def fixture_mps(tmp_path_factory):
     state["need"] = need
     conf = with_mps(ru.sh(ru.CONTROLLER, "cat", SLURM_CONF), need["gres"], need["hooks"])
     for host in [ru.CONTROLLER, *ru.NODES]:
-        write(host, SLURM_CONF, conf)
+        ru.write_file(host, SLURM_CONF, conf)
     ru.sh(ru.CONTROLLER, "systemctl", "restart", "slurmctld")
     for node in ru.NODES:
         ru.sh(node, "systemctl", "restart", "slurmd")

@@ -16,15 +16,13 @@ Then the node is an L40S node again, without Fabric Manager. Wall times go to ``
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from rollout_helpers import ru
+from rollout_helpers import record, ru
 
 SCENARIO = Path(__file__).resolve().parents[1]
-MEASURES = ru.REPO / ".lab" / "slurm_22_05_measures.json"
 NODE = next(node for node in ru.NODES if node != ru.CANARY)
 GPUS = "/etc/gpuops-lab/gpus.json"
 DROP_IN_DIR = "/etc/systemd/system/nvidia-fabricmanager.service.d"
@@ -33,23 +31,6 @@ SLOW_FABRIC = (
     "[Service]\nExecStart=\n"
     f"ExecStart=/bin/sh -c 'sleep {FABRIC_DELAY}; exec /usr/lib/gpuops-lab/nvidia-fabricmanager'\n"
 )
-
-
-def record(key: str, value) -> None:
-    measures = json.loads(MEASURES.read_text()) if MEASURES.exists() else {}
-    measures[key] = value
-    MEASURES.write_text(json.dumps(measures, indent=2, sort_keys=True) + "\n")
-
-
-def write(node: str, path: str, text: str) -> None:
-    done = subprocess.run(
-        ["podman", "exec", "-i", node, "sh", "-c", f"cat > {path}"],
-        input=text,
-        text=True,
-        capture_output=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
 
 
 def gate(workdir: Path, name: str, **settings) -> tuple:
@@ -77,7 +58,7 @@ def fixture_gates(tmp_path_factory):
     driver = ru.installed(NODE)["nvidia-driver"]
     branch = driver.split(".")[0]
     try:
-        write(
+        ru.write_file(
             NODE,
             GPUS,
             json.dumps({"model": "H100-SXM", "count": 4, "nvswitch": True}) + "\n",
@@ -87,7 +68,7 @@ def fixture_gates(tmp_path_factory):
             f"nvidia-fabricmanager-{branch}={driver}", f"libnvidia-nscq-{branch}={driver}",
         )  # fmt: skip
         ru.sh(NODE, "mkdir", "-p", DROP_IN_DIR)
-        write(NODE, f"{DROP_IN_DIR}/50-gpuops-lab-slow-fabric.conf", SLOW_FABRIC)
+        ru.write_file(NODE, f"{DROP_IN_DIR}/50-gpuops-lab-slow-fabric.conf", SLOW_FABRIC)
         ru.sh(NODE, "systemctl", "daemon-reload")
         ru.sh(NODE, "systemctl", "enable", "nvidia-fabricmanager")
         ru.sh(NODE, "systemctl", "restart", "nvidia-fabricmanager")
@@ -110,7 +91,7 @@ def fixture_gates(tmp_path_factory):
     finally:
         ru.sh(NODE, "systemctl", "disable", "--now", "nvidia-fabricmanager", check=False)
         ru.sh(NODE, "rm", "-rf", DROP_IN_DIR, check=False)
-        write(NODE, GPUS, gpus)
+        ru.write_file(NODE, GPUS, gpus)
         ru.sh(
             ru.CONTROLLER,
             "scontrol",
