@@ -38,7 +38,7 @@ class Node:
         tools.mkdir()
         (tools / "nvidia-smi").symlink_to(SIM)
         # the node's Gres as its state says (the layout's, once the test gives it), none until then
-        text = STATEFUL_SLURM.replace('node.get("gres", "gpu:8")', 'node.get("gres")')
+        text = STATEFUL_SLURM.replace('"gres": node.get("gres", "gpu:8")', '"gres": node.get("gres")')
         _paths, self.state = stateful_slurm(tmp_path, {"gpu07": slurm_node}, [], text)
         monkeypatch.setenv("PATH", "%s:%s:%s" % (tools, self.state.parent, os.environ["PATH"]))
         monkeypatch.setenv("GPUOPS_LAB_ROOT", str(root))

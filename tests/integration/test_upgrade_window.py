@@ -495,7 +495,13 @@ if command == "scontrol" and args[:1] == ["update"]:
     os.replace(STATE + ".new", STATE)  # a reader never sees half a file
 elif command == "scontrol":
     records = [
-        {"name": name, "state": flags(name), "reason": node["reason"], "partitions": ["gpu"], "gres": node.get("gres", "gpu:8")}
+        {
+            "name": name,
+            "state": flags(name),
+            "reason": node["reason"],
+            "partitions": ["gpu"],
+            "gres": node.get("gres", "gpu:8"),
+        }
         for name, node in state["nodes"].items()
     ]
     print(json.dumps({"meta": meta, "nodes": records}))
