@@ -51,12 +51,13 @@ and a controller ru-ctl. The cases run in file order, each on the state the one 
    which ru-gpu1 and ru-gpu2 run): ru-gpu3 is upgraded first, then the run waits, nothing in flight and
    ru-gpu4 in service, until the job nears its end, and upgrades it; the journal (deadline, progress) and the
    report agree.
-11. a controller lost between a node's upgrade and its give-back (issue 28 item 5), to 580.65.06 on ru-gpu3 and
-   ru-gpu4 with ``max_unavailable`` 1: the controller's ``scontrol`` holds ru-gpu3's resume (a lab wrapper on ru-ctl)
-   and the test kills the controller (SIGKILL to ansible-playbook's process group) the moment it is asked: ru-gpu3 is
-   left on the new packages, drained with our reason, its stack fact not finished. The same command again: the plan
-   names ru-gpu3 resumed first, out of service already; it is gated and given back before ru-gpu4 is taken out (never
-   two out at once across both runs), and the run ends completed with both upgraded and in service.
+11. a controller lost between a node's upgrade and its give-back (issue 28 item 5), to 580.65.06 on the canary
+   ru-gpu1 and ru-gpu3 (``gpuops_target_hosts``; the canary group must be in the run) with ``max_unavailable`` 1: the
+   controller's ``scontrol`` holds ru-gpu1's resume (a lab wrapper on ru-ctl) and the test kills the controller
+   (SIGKILL to ansible-playbook's process group) the moment it is asked: ru-gpu1 is left on the new packages, drained
+   with our reason, its stack fact not finished. The same command again: the plan names ru-gpu1 resumed first, out
+   of service already; it is gated and given back before ru-gpu3 is taken out (never two out at once across both
+   runs), and the run ends completed with both upgraded and in service.
 12. Slurm 24.11 sees a MIG layout (issue 29 item 4; runs last, as it leaves ru-gpu2 split): the node, in service
    with a job running, is given MIG-capable simulated GPUs (four H100 SXM) and playbooks/mig_layout.yml applies GPU 0
    split, the others whole: the run drains it with our reason, waits for the job, writes gres.conf's
@@ -1079,9 +1080,9 @@ def killed_at_give_back(workdir: Path, name: str, extravars: dict) -> subprocess
 
 @pytest.fixture(scope="module", name="lost")
 def fixture_lost(workdir, waited):
-    """Case 11: the fleet is on NEW (case 10); ru-gpu3 and ru-gpu4 go to BRANCH, one at a time."""
+    """Case 11: the canary and ru-gpu3 go to BRANCH, one at a time (the canary group must be in the run)."""
     assert waited[1].rc == 0
-    first_node, second_node = NODES[2], NODES[3]
+    first_node, second_node = CANARY, NODES[2]
     settings = {
         "gpuops_stack": STACK[BRANCH],
         "gpuops_target_hosts": f"{first_node}:{second_node}",
