@@ -65,10 +65,10 @@ JOB = (
 )
 
 
-def apply(workdir, name: str, settings: dict = SETTINGS):
-    return ru.run_playbook(
-        "playbooks/mps.yml", ru.INVENTORY_DIR, workdir / name, extravars={"gpuops_mps": settings}, limit=NODE
-    )
+def apply(workdir, name: str, settings: dict | None = None):
+    """playbooks/mps.yml on NODE with ``settings`` as gpuops_mps (SETTINGS by default)."""
+    extravars = {"gpuops_mps": SETTINGS if settings is None else settings}
+    return ru.run_playbook("playbooks/mps.yml", ru.INVENTORY_DIR, workdir / name, extravars=extravars, limit=NODE)
 
 
 def ask(pipe: str, command: str) -> str:
