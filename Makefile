@@ -44,7 +44,8 @@ lint: venv ## ruff, yamllint, ansible-lint (production), changelog and plugin do
 sanity: venv ## ansible-test sanity on a copy at ansible_collections/gpuops/cluster
 	tests/tooling/sanity.sh
 
-test: lint sanity units integration molecules ## everything CI runs
+test: lint sanity units ## everything CI runs: the integration tests (one core) beside the molecule lanes
+	$(MAKE) --no-print-directory -j2 --output-sync=line integration molecules
 
 molecules: venv ## every CI scenario, in the lanes of extensions/molecule/ci-scenarios.txt
 	extensions/molecule/lab/bin/lab-lanes
