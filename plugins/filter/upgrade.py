@@ -90,6 +90,7 @@ def upgrade_plan(
     journal_target=None,
     kubeconfig=None,
     now=None,
+    surveyed=None,
 ):
     """The run's plan, made once: its id and start, the window (``upgrade_window``), what the strategy builds its
     window from (``upgrade_window_run``), and where the report and the journal go.
@@ -97,6 +98,8 @@ def upgrade_plan(
     ``run_id`` defaults to the start's UTC time (``%Y%m%dT%H%M%SZ``); ``report_path`` to
     ``gpuops-upgrade-<run id>.json`` in ``cwd``; ``journal_path`` to ``gpuops-upgrade-<run id>.journal.jsonl``
     beside the report. ``kubeconfig`` is the Kubernetes adapter's, for its reads of the fleet during the run.
+    ``surveyed``, the surveyed hosts' vars, gives the survey's records of the nodes skipped or left out to the report's
+    part of the plan (``report``), which the strategy writes in the journal's ``start``.
     """
     now = time.time() if now is None else now
     window = upgrade_window(hosts, slurm=slurm, canary=canary, now=now, upgrade=upgrade, kubernetes=kubernetes)
@@ -110,11 +113,18 @@ def upgrade_plan(
         "target": journal_target,
         "resume": (upgrade or {}).get("resume_journal"),
     }
+    started_at = datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isoformat()
+    try:
+        report = upgrade_record.report_payload(run_id, started_at, window, dict(upgrade or {}), list(surveyed or []))
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("%supgrade_plan: %s" % (PREFIX, exc)) from exc
+    run = upgrade_window_run(window, upgrade, delegate_to, names or {}, run_id, journal, kubeconfig)
     return {
         "run_id": run_id,
-        "started_at": datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isoformat(),
+        "started_at": started_at,
         "window": window,
-        "run": upgrade_window_run(window, upgrade, delegate_to, names or {}, run_id, journal, kubeconfig),
+        "run": dict(run, report=report),
+        "report": report,
         "report_path": report_path,
         "journal_path": journal_path,
     }
@@ -142,25 +152,20 @@ def upgrade_plan_lines(window, run_id, upgrade, nodes, gate_problems=None):
         raise AnsibleFilterError("%supgrade_plan_lines: %s" % (PREFIX, exc)) from exc
 
 
-def upgrade_run_report(nodes, run_id, window, upgrade, started_at, finished_at, journal=None, journal_path=None):
-    """The run's audit report from every node's variables, the window and the journal's text, with ``summary``."""
+def upgrade_run_report(plan, finished_at, journal=None, journal_path=None):
+    """The run's audit report, with ``summary``, from its journal's text alone; ``plan`` is the plan's part of it (the
+    plan's ``report``), which the journal's ``start`` carries: a journal whose last run is not this plan's (none of
+    its nodes reached the window, with a journal path an earlier run wrote) is not this run's, and the report is then
+    the plan's alone."""
     try:
-        records, slots = upgrade_record.run_records(list(nodes))
+        payload = dict(plan)
         replayed = None if journal is None else upgrade_journal(journal, journal_path)
-        if replayed is not None:
-            records = upgrade_record.with_journal_records(records, replayed.get("records"))
-        window_rules = {"nodes": window.get("nodes"), "settings": window.get("settings")}
-        audit = upgrade_record.report(
-            run_id,
-            dict(window),
-            records,
-            started_at,
-            finished_at,
-            upgrade_record.run_settings(dict(upgrade), dict(window)),
-            window_rules,
-            slots,
-            replayed,
-        )
+        own = (replayed or {}).get("report") or {}
+        if own.get("run_id") == payload.get("run_id") and own.get("started_at") == payload.get("started_at"):
+            payload = own
+        else:
+            replayed = None
+        audit = upgrade_record.journal_report(payload, finished_at, replayed)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError("%supgrade_run_report: %s" % (PREFIX, exc)) from exc
     audit["summary"] = upgrade_record.summary_lines(audit)

@@ -20,7 +20,8 @@ description:
     (V(idle), V(busy), V(drained_by_others), V(down), V(reserved)), C(job_end) (epoch seconds or null), C(canary),
     C(done); C(settings) the window's settings (C(max_unavailable), C(per_domain), C(partition_floor), C(spread_by),
     C(granularity), C(halt_on_failure), C(barrier), C(max_job_wait), C(drain_ahead), C(deadline);
-    C(module_utils/upgrade/window_input.py)); and C(refresh), C(journal) and C(drain_ahead) as below (each optional). A
+    C(module_utils/upgrade/window_input.py)); and C(refresh), C(journal), C(drain_ahead) and C(report) as below (each
+    optional). A
     window that cannot be built (the variable unset or wrong, a bad setting) admits no host; each passes its slot task
     not admitted, saying why."
   - The run finishes the fleet. A host waiting for its job stays in service and waits at its slot, the window reading
@@ -62,7 +63,10 @@ description:
     its own journal when it exists with the same C(target), as with a fixed C(gpuops_upgrade_journal_path) or a reused
     run id, the run appending to it; else the newest journal beside its own with the same C(target)); the nodes that
     run admitted and never released, or released failed, are taken first and count as out of service from the start,
-    so the window never takes more than C(max_unavailable) across both runs.
+    so the window never takes more than C(max_unavailable) across both runs. The journal is the run's one record - its
+    C(start) carries the plan's part of the report (the window's C(report)), each release and each node not admitted
+    (C(not_admitted)) the node's record and its slot, and the run's report is built from it alone (filter
+    C(gpuops.cluster.upgrade_run_report)).
   - Drain ahead. With the window's C(drain_ahead) (C(delegate_to) the Slurm controller host, C(names) the hosts' Slurm
     names, C(reason_prefix), C(run_id), C(become), C(options) more options of C(gpuops.cluster.slurm_drain)) and the
     window's C(drain_ahead) setting above 0, the busy nodes next in line are drained in Slurm ahead of their slot
@@ -342,6 +346,11 @@ class StrategyModule(FreeStrategyModule):
                 self._refresh_task = None
                 self._refresh_host = None
                 self._run.refreshed(result_data(result))
+                continue
+            if slot_state(result.task) == "acquired" and result.host.name not in self._run.holding:
+                data = result_data(result) or {}
+                if data.get("admitted") is False:  # its record, as the slot task built it, goes in the journal
+                    self._run.not_admitted(result.host.name, data.get("node"), data.get("slot"))
                 continue
             if slot_state(result.task) != "released" or result.host.name not in self._run.holding:
                 continue

@@ -12,9 +12,14 @@ is built from it.
 Entries (``event``, ``at`` in epoch seconds, then its fields):
 
 * ``start``: ``run_id``, ``target`` (what the run upgrades, to find it again), ``resumed_from``
-  (the journal this run continues, or None) and ``resumed`` (its nodes taken first).
+  (the journal this run continues, or None), ``resumed`` (its nodes taken first) and ``report`` (the plan's part of
+  the report: the plan, the window's nodes and settings, the run's settings, the survey's records of the nodes
+  outside the window; ``upgrade_record.report_payload``).
 * ``admit``: ``node``, ``canary``, ``resume``: the node leaves service now.
-* ``release``: ``node``, ``ok``, ``deferred``, ``halt``: back in service (``ok``), or failed.
+* ``release``: ``node``, ``ok``, ``deferred``, ``halt``: back in service (``ok``), or failed; ``record`` the node's
+  record its release built, ``slot`` its slot's (without the reads of the fleet, which are ``refresh`` entries).
+* ``not_admitted``: ``node``, ``record``, ``slot``: a node the window did not admit, its record as its slot task
+  built it.
 * ``defer``: ``node``, ``why``: passed over for its job, in service, not upgraded.
 * ``pass``: ``node``, ``why``: not admitted (halted, blocked, left the plan).
 * ``halt``: ``node``, ``why``: nothing new starts.
@@ -39,7 +44,19 @@ import os
 import stat
 
 SUFFIX = ".journal.jsonl"
-EVENTS = ("start", "admit", "release", "defer", "pass", "halt", "refresh", "drain_ahead", "undrain", "end")
+EVENTS = (
+    "start",
+    "admit",
+    "release",
+    "not_admitted",
+    "defer",
+    "pass",
+    "halt",
+    "refresh",
+    "drain_ahead",
+    "undrain",
+    "end",
+)
 MODE = 0o644
 
 
@@ -150,6 +167,11 @@ def replay(entries) -> dict:
     ahead of their slot and neither admitted nor given back when it stops; ``ahead_spans``
     ``(node, drained_at, admitted_or_given_back_at or None)``, each time a node was drained ahead; ``timeline``
     ``(node, admitted_at, released_at or None)``; ``events`` the count of each kind.
+
+    The report's part (:func:`upgrade_record.journal_report`): ``report`` the last run's plan (its ``start``);
+    ``records`` each node's record as its last release built it, across the operation; of the last run alone,
+    ``not_admitted`` the records of the nodes its window did not admit, ``slots`` each node's slot as released or
+    passed, and ``lost`` the nodes it admitted that never came back with a record (``{node: why or None}``).
     """
     state = {
         "run_id": None,
@@ -166,7 +188,11 @@ def replay(entries) -> dict:
         "events": {},
         # each node's record as its last release built it (node_record.build), in the order released
         "records": {},
+        "report": None,
+        "not_admitted": {},
+        "slots": {},
     }
+    admitted_now: dict = {}  # the last run's admissions: node -> why it came back without a record (None: it did not)
     admitted: dict = {}
     released: dict = {}
     ahead: dict = {}
@@ -193,11 +219,16 @@ def replay(entries) -> dict:
                     "deadline": item.get("deadline")
                     if state["deadline"] is None or state["ended_at"] is not None
                     else state["deadline"],
+                    "report": item.get("report"),
+                    "not_admitted": {},
+                    "slots": {},
                 }
             )
+            admitted_now = {}
         elif kind == "admit":
             if ahead.pop(node, None) is not None:
                 _close(ahead_spans, node, at)
+            admitted_now[node] = None
             if node in admitted and node not in released:
                 continue  # left in flight by the run this one continues: out of service since, one span
             admitted[node] = at
@@ -209,9 +240,19 @@ def replay(entries) -> dict:
             if isinstance(item.get("record"), dict):
                 state["records"].pop(node, None)
                 state["records"][node] = item["record"]
+                admitted_now.pop(node, None)
+            elif node in admitted_now:
+                admitted_now[node] = item.get("why")
+            if isinstance(item.get("slot"), dict):
+                state["slots"][node] = item["slot"]
             _close(spans, node, at)
             if item.get("deferred"):
                 state["deferred"][node] = item.get("why") or "its jobs outlasted max_job_wait"
+        elif kind == "not_admitted":
+            if isinstance(item.get("record"), dict):
+                state["not_admitted"][node] = item["record"]
+            if isinstance(item.get("slot"), dict):
+                state["slots"][node] = item["slot"]
         elif kind == "defer":
             state["deferred"][node] = item.get("why")
         elif kind == "pass":
@@ -228,6 +269,7 @@ def replay(entries) -> dict:
                 _close(ahead_spans, node, at)
         elif kind == "end":
             state["ended_at"] = at
+    state["lost"] = admitted_now
     state["in_flight"] = sorted((name for name in admitted if name not in released), key=admitted.__getitem__)
     state["failed"] = sorted(name for name, release in released.items() if not release["ok"])
     state["done"] = sorted(name for name, release in released.items() if release["ok"] and not release["deferred"])

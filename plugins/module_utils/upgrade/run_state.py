@@ -38,6 +38,12 @@ def journal_says(node, left: set, ahead: set):
     return node
 
 
+def journaled(slot: dict) -> dict:
+    """A slot record as the journal keeps it: without the reads of the fleet so far (``refreshes``), each of which is
+    a ``refresh`` entry of its own."""
+    return {key: value for key, value in slot.items() if key != "refreshes"}
+
+
 class RunState:
     """One run of the window: its Window, its slots and records, its reads, its drains ahead and its journal.
 
@@ -89,6 +95,7 @@ class RunState:
                     settings=self.window.settings.as_dict(),
                     deadline=self.window.deadline,  # a re-run continuing this one keeps it
                     torn=self.journal.torn,  # bytes of a torn last line cut off before this entry
+                    report=args.get("report"),  # the plan's part of the report, which is built from the journal
                 )
         except ValueError as error:
             self.fail(str(error), now)
@@ -185,11 +192,6 @@ class RunState:
         self.finish(name, ok, halt, deferred)
         if self.schedule is not None:
             self.schedule.released(time.time())
-        state = self.progress("back, upgraded" if ok and not deferred else "back, deferred" if ok else "failed", name)
-        if isinstance(node, dict):
-            state["record"] = node
-        self.write("release", node=name, ok=ok, deferred=deferred, halt=self.window.halted, **state)
-        self.write_halt(name, "a node failed" if not ok else "the node's release asked to halt")
         record = dict(self.records.get(name, {}))
         record.update(
             {
@@ -201,17 +203,30 @@ class RunState:
             }
         )
         self.records[name] = record
+        state = self.progress("back, upgraded" if ok and not deferred else "back, deferred" if ok else "failed", name)
+        if isinstance(node, dict):
+            state["record"] = node
+        self.write(
+            "release", node=name, ok=ok, deferred=deferred, halt=self.window.halted, slot=journaled(record), **state
+        )
+        self.write_halt(name, "a node failed" if not ok else "the node's release asked to halt")
         return record
 
     def left(self, name: str, why: str) -> dict:
         """The host ``name`` left the play while holding its slot: a failure, which halts; returns its record."""
         self.finish(name, False, True)
-        self.write("release", node=name, ok=False, deferred=False, halt=True, why=why)
-        self.write_halt(name, why)
         record = dict(self.records.get(name, {}))
         record.update({"state": "released", "ok": False, "reason": why, "released_at": time.time(), "halted": True})
         self.records[name] = record
+        self.write("release", node=name, ok=False, deferred=False, halt=True, why=why, slot=journaled(record))
+        self.write_halt(name, why)
         return record
+
+    def not_admitted(self, name: str, node, slot):
+        """The slot task of ``name``, not admitted, came back with the node's record (``node``) and its ``slot``: both
+        go in the journal, from which the report is built."""
+        if isinstance(node, dict):
+            self.write("not_admitted", node=name, record=node, slot=journaled(slot or {}))
 
     def finish(self, name: str, ok: bool, halt, deferred=False):
         self.holding.discard(name)

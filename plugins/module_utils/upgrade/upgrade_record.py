@@ -236,45 +236,54 @@ def plan_lines(window: dict, run_id: str, upgrade: dict, nodes, gate_problems=()
 LOST_REASON = "its part of the run did not end (the node or the controller was lost while it held its slot)"
 
 
-def _built(result):
-    """The node's record a registered gpuops.cluster.upgrade_slot result carries (``node``), else None."""
-    if isinstance(result, dict) and not result.get("skipped") and isinstance(result.get("node"), dict):
-        return result["node"]
-    return None
+def report_payload(run_id: str, started_at: str, preview: dict, upgrade: dict, surveyed=()) -> dict:
+    """The plan's part of the run's report, which the strategy writes in its journal's ``start``: ``run_id``,
+    ``started_at``, ``plan`` (the window's preview without its nodes and lines), ``window`` (its nodes and settings,
+    to check the run against every rule), ``settings`` (the run's, :func:`run_settings`) and ``survey`` (the survey's
+    records of the nodes skipped or left out, from the ``surveyed`` hosts' vars)."""
+    return {
+        "run_id": run_id,
+        "started_at": started_at,
+        "plan": {key: value for key, value in preview.items() if key not in ("nodes", "lines")},
+        "window": {"nodes": preview.get("nodes"), "settings": preview.get("settings")},
+        "settings": run_settings(upgrade, preview),
+        "survey": surveyed_records(surveyed),
+    }
 
 
-def run_records(nodes) -> tuple[list, dict]:
-    """``(records, slots)`` of the report from every node's variables, and the strategy's record of each node's slot
-    (``gpuops_upgrade_slot``).
-
-    A node's record is the one its slot's release built from its steps (``rolling_upgrade_released``), else the one
-    its acquisition built when the window did not admit it (``rolling_upgrade_slot``); one admitted that gave no
-    release (it left the play holding its slot) is ``failed`` with the slot's reason; any other node has the
-    survey's (skipped, left out; a node resumed by the window has its run record)."""
-    records, slots, rest = [], {}, []
-    for node in nodes:
-        host = node.get("inventory_hostname")
-        slot = node.get("gpuops_upgrade_slot") or {}
-        slots[host] = slot
-        record = _built(node.get("rolling_upgrade_released")) or _built(node.get("rolling_upgrade_slot"))
-        if record is None and slot.get("admitted"):
-            # the strategy's reason when it saw the host leave the play (its slot released), else the loss itself
-            left = slot.get("state") == "released" and slot.get("reason") not in (None, "", "admitted")
-            record = {"host": host, "status": "failed", "halt": True, "reason": slot["reason"] if left else LOST_REASON}
-        if record is None:
-            rest.append(node)
-        else:
-            records.append(record)
-    return records + surveyed_records(rest), slots
+def journal_records(payload: dict, replayed=None) -> tuple[list, dict]:
+    """``(records, slots)`` of the report from the journal replayed (``run_journal.replay``): each node's record as
+    its last release built it (across the operation: a run continuing one whose controller was lost reports the nodes
+    that run released as it released them), else as the last run's slot task built it when its window did not admit
+    it, else ``failed`` when the last run admitted it and it never came back with a record (the node or the controller
+    lost), else the survey's (``payload``: skipped, left out). Without a journal (no node reached the window), the
+    survey's records alone."""
+    records = {record["host"]: record for record in payload.get("survey") or [] if isinstance(record, dict)}
+    if not replayed:
+        return list(records.values()), {}
+    for host, why in (replayed.get("lost") or {}).items():
+        records[host] = {"host": host, "status": "failed", "halt": True, "reason": why or LOST_REASON}
+    records.update(replayed.get("not_admitted") or {})
+    records.update(replayed.get("records") or {})
+    return [dict(record, host=host) for host, record in records.items()], dict(replayed.get("slots") or {})
 
 
-def with_journal_records(records: list, journaled) -> list:
-    """The report's records with the journal's in place of any of the same node: the journal is the operation's
-    record, and a run that continues an earlier one (after its controller was lost) reports the nodes that run
-    released as it released them, not as this run's survey found them afterwards (on the target: skipped)."""
-    journaled = journaled or {}
-    kept = [record for record in records if record.get("host") not in journaled]
-    return [*(dict(record) for record in journaled.values()), *kept]
+def journal_report(payload: dict, finished_at: str, replayed=None) -> dict:
+    """The run's audit report from its journal alone (``replayed``; :func:`journal_records`), with the plan's part
+    (``payload``, :func:`report_payload`) its ``start`` carries; without a journal (no node reached the window), from
+    the plan's part alone."""
+    records, slots = journal_records(payload, replayed)
+    return report(
+        payload.get("run_id"),
+        dict(payload.get("plan") or {}),
+        records,
+        payload.get("started_at"),
+        finished_at,
+        payload.get("settings"),
+        payload.get("window"),
+        slots,
+        replayed,
+    )
 
 
 def run_settings(upgrade: dict, window: dict) -> dict:

@@ -30,7 +30,7 @@ ACTIONS = frozenset({"gpuops.cluster.upgrade_slot", "upgrade_slot"})
 STATES = ("acquired", "released")
 # The play variable the strategy builds the window from, and what it holds.
 WINDOW_VAR = "gpuops_upgrade_window"
-WINDOW_KEYS = ("nodes", "settings", "refresh", "journal", "drain_ahead")
+WINDOW_KEYS = ("nodes", "settings", "refresh", "journal", "drain_ahead", "report")
 # The slot task's arguments: its state, what a release says, or the node whose record says it (``node``).
 RELEASE_ARGS = ("ok", "halt", "deferred")
 ARGS = ("state", "node", *RELEASE_ARGS)

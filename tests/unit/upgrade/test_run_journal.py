@@ -334,3 +334,59 @@ def test_replay_keeps_each_nodes_record_as_its_last_release_built_it():
     records = run_journal.replay(entries)["records"]
     assert records == {"b": upgraded, "a": {"host": "a", "status": "upgraded"}}
     assert list(records) == ["b", "a"]  # in the order released
+
+
+def test_the_run_state_journals_the_plans_report_and_each_nodes_record_and_slot(tmp_path):
+    """The journal is the run's one record: its start carries the plan's part of the report; a release, the node's
+    record and its slot (without the reads of the fleet, which are refresh entries); a node not admitted, the record
+    its slot task built. The report built from it alone names both."""
+    path = tmp_path / "r1.journal.jsonl"
+    payload = {
+        "run_id": "r1",
+        "started_at": "2026-12-05T10:00:00+00:00",
+        "plan": {"order": ["a", "b"], "canary": ["a"]},
+        "window": {"nodes": [{"name": "a"}, {"name": "b"}], "settings": {"max_unavailable": 1}},
+        "settings": {"drain": "none"},
+        "survey": [],
+    }
+    state = RunState()
+    args = {
+        "nodes": [{"name": "a", "canary": True}, {"name": "b"}],
+        "settings": {"max_unavailable": 1},
+        "journal": {"path": str(path), "run_id": "r1", "target": TARGET, "resume": "none"},
+        "report": payload,
+    }
+    assert state.open(args, 100)
+    state.take_admitted(["a"], 101)
+    state.verdict("a")
+    upgraded = {"host": "a", "status": "upgraded", "reason": "on the target stack, gated"}
+    state.records["a"]["refreshes"] = [{"at": 102, "ok": True}]
+    released = state.release("a", True, None, node=upgraded)
+    assert released["refreshes"] == [{"at": 102, "ok": True}]  # the host's record keeps them
+    deferred = {"host": "b", "status": "deferred", "reason": "deferred: its job ends later"}
+    state.not_admitted("b", deferred, {"state": "acquired", "admitted": False, "refreshes": [{"at": 102}]})
+    state.not_admitted("b", None, {})  # a slot task that built no record journals nothing
+    state.end()
+    entries = run_journal.read(str(path))
+    assert [item["event"] for item in entries] == ["start", "admit", "release", "not_admitted", "end"]
+    assert entries[0]["report"] == payload
+    assert entries[2]["record"] == upgraded
+    assert entries[2]["slot"]["state"] == "released"
+    assert "refreshes" not in entries[2]["slot"]
+    assert entries[3]["record"] == deferred
+    assert entries[3]["slot"] == {"state": "acquired", "admitted": False}
+    text = path.read_text()
+    audit = upgrade.upgrade_run_report(payload, "2026-12-05T10:05:00+00:00", text, str(path))
+    assert [(node["host"], node["status"]) for node in audit["nodes"]] == [("a", "upgraded"), ("b", "deferred")]
+    assert audit["result"] == "partial"
+    assert audit["window"]["timeline"] == [["a", 101.0, entries[2]["at"]]]
+    # a journal another run wrote last (this run's nodes never reached the window) is not this run's
+    other = dict(
+        payload,
+        started_at="2026-12-05T11:00:00+00:00",
+        plan={"order": [], "canary": []},
+        survey=[{"host": "a", "status": "skipped"}, {"host": "b", "status": "skipped"}],
+    )
+    alone = upgrade.upgrade_run_report(other, "2026-12-05T11:05:00+00:00", text, str(path))
+    assert [(node["host"], node["status"]) for node in alone["nodes"]] == [("a", "skipped"), ("b", "skipped")]
+    assert alone["journal"] is None

@@ -489,81 +489,110 @@ def test_survey_keeps_the_decision_the_window_entry_and_the_record_of_a_node_not
     assert moving["record"] is None
 
 
-def test_plan_lines_and_run_records_read_the_survey_records_of_the_nodes_not_upgraded():
+def replayed_of(*items) -> dict:
+    """A journal's entries, replayed: ``(event, at, fields)`` each."""
+    return run_journal.replay([run_journal.entry(event, at, **fields) for event, at, fields in items])
+
+
+PAYLOAD = {
+    "run_id": "r2",
+    "started_at": "2026-12-05T10:00:00+00:00",
+    "plan": {"order": ["b", "c", "d", "e"], "canary": ["b"]},
+    "window": {"nodes": [{"name": name} for name in "abcdef"], "settings": {"max_unavailable": 1}},
+    "settings": {"drain": "slurm"},
+    "survey": [
+        {"host": "a", "status": "skipped", "reason": "already on the target stack and healthy"},
+        {"host": "f", "status": "skipped", "reason": "already on the target stack and healthy"},
+    ],
+}
+
+
+def test_plan_lines_and_the_report_payload_read_the_survey_records_of_the_nodes_not_upgraded():
     skipped = {"host": "a", "status": "skipped", "reason": "already on the target stack and healthy"}
-    run = {"host": "b", "status": "upgraded", "reason": "on the target stack, gated"}
     nodes = [
         {"inventory_hostname": "a", "rolling_upgrade_survey_record": skipped},
-        {
-            "inventory_hostname": "b",
-            "rolling_upgrade_survey_record": None,
-            "rolling_upgrade_released": {"node": run},
-            "gpuops_upgrade_slot": {"admitted_at": 1.0, "released_at": 2.0},
-        },
-        # resumed by the window: its run record, not the survey's
-        {
-            "inventory_hostname": "c",
-            "rolling_upgrade_survey_record": dict(skipped, host="c"),
-            "rolling_upgrade_released": {"node": dict(run, host="c")},
-        },
-        # not admitted: the record its acquisition built
-        {
-            "inventory_hostname": "d",
-            "rolling_upgrade_slot": {"admitted": False, "node": {"host": "d", "status": "deferred"}},
-            "rolling_upgrade_released": {"skipped": True},
-        },
-        # admitted, then lost while holding its slot (the strategy's record says why): failed, halting
-        {
-            "inventory_hostname": "e",
-            "rolling_upgrade_slot": {"admitted": True},
-            "gpuops_upgrade_slot": {"admitted": True, "state": "released", "reason": "left the play: unreachable"},
-        },
+        {"inventory_hostname": "b", "rolling_upgrade_survey_record": None},
     ]
-    window = {"lines": ["order: b"]}
-    upgrade = {"drain": "slurm", "on_failure": "halt", "plan_only": True}
-    assert upgrade_record.plan_lines(window, "r1", upgrade, nodes[:2], ["b: no dcgmi"]) == [
+    window = {"lines": ["order: b"], "order": ["b"], "nodes": [{"name": "b"}], "settings": {"max_unavailable": 1}}
+    upgrade = {"drain": "slurm", "on_failure": "halt", "plan_only": True, "max_job_wait": 600}
+    assert upgrade_record.plan_lines(window, "r1", upgrade, nodes, ["b: no dcgmi"]) == [
         "run r1, drain adapter slurm, on failure halt, plan only: nothing moves",
         "order: b",
         "a: already on the target stack and healthy",
         "gate would fail: b: no dcgmi",
     ]
-    records, slots = upgrade_record.run_records(nodes)
-    assert [(record["host"], record["status"]) for record in records] == [
-        ("b", "upgraded"),
-        ("c", "upgraded"),
-        ("d", "deferred"),
-        ("e", "failed"),
+    payload = upgrade_record.report_payload("r1", "2026-12-05T10:00:00+00:00", window, upgrade, nodes)
+    assert payload == {
+        "run_id": "r1",
+        "started_at": "2026-12-05T10:00:00+00:00",
+        "plan": {"order": ["b"], "settings": {"max_unavailable": 1}},
+        "window": {"nodes": [{"name": "b"}], "settings": {"max_unavailable": 1}},
+        "settings": {
+            "drain": "slurm",
+            "on_failure": "halt",
+            "on_drain_timeout": None,
+            "max_job_wait": 600,
+            "window": {"max_unavailable": 1},
+        },
+        "survey": [skipped],
+    }
+    # no node reached the window: the survey's records alone
+    assert upgrade_record.journal_records(payload) == ([skipped], {})
+
+
+def test_the_journal_gives_each_node_its_record_and_slot():
+    """b released with its record; c not admitted (its slot task's record); d admitted, then left the play (the
+    strategy's why); e admitted and never back (lost); a and f skipped by the survey."""
+    upgraded = {"host": "b", "status": "upgraded", "reason": "on the target stack, gated"}
+    deferred = {"host": "c", "status": "deferred", "reason": "its job ends later"}
+    replayed = replayed_of(
+        ("start", 1, {"run_id": "r2", "target": "t", "report": PAYLOAD}),
+        ("admit", 2, {"node": "b"}),
+        ("release", 3, {"node": "b", "ok": True, "record": upgraded, "slot": {"admitted_at": 2, "released_at": 3}}),
+        ("not_admitted", 4, {"node": "c", "record": deferred, "slot": {"admitted": False}}),
+        ("admit", 5, {"node": "d"}),
+        ("release", 6, {"node": "d", "ok": False, "why": "left the play: unreachable", "slot": {"admitted": True}}),
+        ("admit", 7, {"node": "e"}),
+    )
+    records, slots = upgrade_record.journal_records(PAYLOAD, replayed)
+    assert sorted((record["host"], record["status"]) for record in records) == [
         ("a", "skipped"),
+        ("b", "upgraded"),
+        ("c", "deferred"),
+        ("d", "failed"),
+        ("e", "failed"),
+        ("f", "skipped"),
     ]
-    assert records[3] == {"host": "e", "status": "failed", "halt": True, "reason": "left the play: unreachable"}
-    assert slots["b"] == {"admitted_at": 1.0, "released_at": 2.0}
-    assert slots["a"] == slots["c"] == slots["d"] == {}
+    by_host = {record["host"]: record for record in records}
+    assert by_host["d"] == {"host": "d", "status": "failed", "halt": True, "reason": "left the play: unreachable"}
+    assert by_host["e"] == {"host": "e", "status": "failed", "halt": True, "reason": upgrade_record.LOST_REASON}
+    assert slots == {"b": {"admitted_at": 2, "released_at": 3}, "c": {"admitted": False}, "d": {"admitted": True}}
+    audit = upgrade_record.journal_report(PAYLOAD, "2026-12-05T10:10:00+00:00", replayed)
+    assert audit["result"] == "halted"
+    assert audit["halted_by"]["host"] == "d"
+    assert [node["host"] for node in audit["nodes"]] == ["b", "c", "d", "e", "a", "f"]
+    assert audit["nodes"][0]["slot"] == {"admitted_at": 2, "released_at": 3}
+    assert audit["plan"] == PAYLOAD["plan"]
+    assert audit["settings"] == PAYLOAD["settings"]
+    assert audit["window"]["timeline"] == [["b", 2.0, 3.0], ["d", 5.0, 6.0]]
 
 
-def test_the_journals_records_stand_for_the_nodes_it_names():
+def test_the_journals_records_stand_across_the_runs_it_holds():
     """A run continuing one whose controller was lost: b was upgraded by that run, and this run's survey found it on
-    the target (skipped); the journal's record is the one reported."""
-    this_run = [
-        {"host": "a", "status": "upgraded", "reason": "on the target stack, gated"},
-        {"host": "b", "status": "skipped", "reason": "already on the target stack and healthy"},
-        {"host": "c", "status": "excluded", "reason": "unhealthy"},
-    ]
-    journaled = {"b": {"host": "b", "status": "upgraded"}, "a": {"host": "a", "status": "upgraded", "run": 2}}
-    merged = upgrade_record.with_journal_records(this_run, journaled)
-    assert merged == [
-        {"host": "b", "status": "upgraded"},
-        {"host": "a", "status": "upgraded", "run": 2},
-        {"host": "c", "status": "excluded", "reason": "unhealthy"},
-    ]
-    assert upgrade_record.with_journal_records(this_run, None) == this_run
-
-
-def test_a_node_admitted_that_gave_no_release_is_failed_with_why():
-    slots = [
-        ({"admitted": True, "state": "released", "reason": "left the play: unreachable"}, "left the play: unreachable"),
-        ({"admitted": True, "state": "acquired", "reason": "admitted"}, upgrade_record.LOST_REASON),
-        ({"admitted": True, "state": "released", "reason": "admitted"}, upgrade_record.LOST_REASON),
-    ]
-    for slot, reason in slots:
-        records, _slots = upgrade_record.run_records([{"inventory_hostname": "n", "gpuops_upgrade_slot": slot}])
-        assert records == [{"host": "n", "status": "failed", "halt": True, "reason": reason}]
+    the target (skipped); the first run's record is the one reported. c, passed by the first run and skipped by
+    this one, has this run's record; the first run's slots and losses are not this run's."""
+    first = dict(PAYLOAD, run_id="r1", started_at="2026-12-05T09:00:00+00:00")
+    second = dict(PAYLOAD, survey=[{"host": "b", "status": "skipped"}, {"host": "c", "status": "skipped"}])
+    upgraded = {"host": "b", "status": "upgraded"}
+    replayed = replayed_of(
+        ("start", 1, {"run_id": "r1", "target": "t", "report": first}),
+        ("admit", 2, {"node": "b"}),
+        ("release", 3, {"node": "b", "ok": True, "record": upgraded, "slot": {"admitted_at": 2}}),
+        ("not_admitted", 4, {"node": "c", "record": {"host": "c", "status": "deferred"}, "slot": {}}),
+        ("admit", 5, {"node": "e"}),
+        ("start", 10, {"run_id": "r2", "target": "t", "report": second}),
+    )
+    assert replayed["report"] == second
+    records, slots = upgrade_record.journal_records(second, replayed)
+    assert sorted((record["host"], record["status"]) for record in records) == [("b", "upgraded"), ("c", "skipped")]
+    assert slots == {}

@@ -129,7 +129,7 @@ def test_what_the_contract_refuses(state, record, args, message):
 def test_the_window_is_the_plays_variable_with_every_key():
     found = window_slot.window_of({"nodes": [{"name": "n1"}], "settings": {"max_unavailable": 1}})
     assert found == {"nodes": [{"name": "n1"}], "settings": {"max_unavailable": 1}} | dict.fromkeys(
-        ("refresh", "journal", "drain_ahead")
+        ("refresh", "journal", "drain_ahead", "report")
     )
 
 
