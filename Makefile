@@ -13,7 +13,7 @@ SCENARIO ?= default
 # Hosts of the window strategy's benchmark under `make bench BENCH_FLEET=1` (issue 17's fleet size).
 BENCH_FLEET_HOSTS ?= 1250
 
-.PHONY: help venv units integration lint sanity test bench build docs lab lab-down molecule molecules clean
+.PHONY: help venv units integration integration-beside lint sanity test bench build docs lab lab-down molecule molecules clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -44,8 +44,11 @@ lint: venv ## ruff, yamllint, ansible-lint (production), changelog and plugin do
 sanity: venv ## ansible-test sanity on a copy at ansible_collections/gpuops/cluster
 	tests/tooling/sanity.sh
 
-test: lint sanity units ## everything CI runs: the integration tests (one core) beside the molecule lanes
-	$(MAKE) --no-print-directory -j2 --output-sync=line integration molecules
+test: lint sanity units ## everything CI runs: the integration tests beside the molecule lanes
+	$(MAKE) --no-print-directory -j2 integration-beside molecules
+
+integration-beside: venv ## the integration tests, their output printed whole when they end (the lanes' lines go on meanwhile)
+	@log=$$(mktemp); rc=0; $(BIN)/pytest -q tests/integration >"$$log" 2>&1 || rc=$$?; cat "$$log"; rm -f "$$log"; exit $$rc
 
 molecules: venv ## every CI scenario, in the lanes of extensions/molecule/ci-scenarios.txt
 	extensions/molecule/lab/bin/lab-lanes
