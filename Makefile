@@ -47,8 +47,8 @@ sanity: venv ## ansible-test sanity on a copy at ansible_collections/gpuops/clus
 test: lint sanity units ## everything CI runs: the integration tests beside the molecule lanes
 	$(MAKE) --no-print-directory -j2 integration-beside molecules
 
-integration-beside: venv ## the integration tests, their output printed whole when they end (the lanes' lines go on meanwhile)
-	@log=$$(mktemp); rc=0; $(BIN)/pytest -q tests/integration >"$$log" 2>&1 || rc=$$?; cat "$$log"; rm -f "$$log"; exit $$rc
+integration-beside: venv ## the integration tests at nice 10, output printed whole when they end (the lanes' lines stream)
+	@log=$$(mktemp); rc=0; nice -n 10 $(BIN)/pytest -q tests/integration >"$$log" 2>&1 || rc=$$?; cat "$$log"; rm -f "$$log"; exit $$rc
 
 molecules: venv ## every CI scenario, in the lanes of extensions/molecule/ci-scenarios.txt
 	extensions/molecule/lab/bin/lab-lanes
