@@ -123,8 +123,7 @@ def upgrade_plan(
         "run_id": run_id,
         "started_at": started_at,
         "window": window,
-        "run": dict(run, report=report),
-        "report": report,
+        "run": dict(run, report=report),  # the report's part the strategy writes in the journal's start
         "report_path": report_path,
         "journal_path": journal_path,
     }
