@@ -20,6 +20,7 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
     run_journal,
     upgrade_record,
     upgrade_settings,
+    window_open,
     window_preview,
 )
 
@@ -27,9 +28,21 @@ PREFIX = "gpuops.cluster."
 
 
 def upgrade_window(
-    hosts, settings=None, slurm=None, canary=None, now=None, maintenance=None, upgrade=None, kubernetes=None
+    hosts,
+    settings=None,
+    slurm=None,
+    canary=None,
+    now=None,
+    maintenance=None,
+    upgrade=None,
+    kubernetes=None,
+    journal=None,
 ):
     """The window's nodes and its preview for the plan-only run, with ``lines`` describing it for the operator.
+
+    The preview is of the Window the strategy opens (``window_open.window``): with ``journal`` (the run's, as the
+    strategy gets it), the nodes a previous run left mid-upgrade are marked from its journal, and a run lost mid-way
+    is continued with its deadline.
 
     ``upgrade`` (the run's gpuops_upgrade_* settings) gives the window's settings through its drain adapter
     (``drain_adapter.window_settings``), instead of ``settings``, and the maintenance reservation unless given.
@@ -50,7 +63,9 @@ def upgrade_window(
             if kubernetes is not None:
                 maintenance = None  # a Slurm reservation: Kubernetes has none (ignored there, as before the read)
         nodes = fleet_nodes.window_nodes(list(hosts), slurm, canary or (), maintenance or None)
-        preview = window_preview.plan(nodes, settings or {}, now)
+        # the settings carry drain ahead only where the adapter drains ahead (drain_adapter.window_settings)
+        window, continues = window_open.window({"nodes": nodes, "settings": settings, "journal": journal}, now, True)
+        preview = window_preview.plan(window, now, continues)
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError("%supgrade_window: %s" % (PREFIX, exc)) from exc
     by_scheduler = {host.get("scheduler_name") or host.get("host"): host.get("host") for host in hosts}
@@ -102,7 +117,6 @@ def upgrade_plan(
     part of the plan (``report``), which the strategy writes in the journal's ``start``.
     """
     now = time.time() if now is None else now
-    window = upgrade_window(hosts, slurm=slurm, canary=canary, now=now, upgrade=upgrade, kubernetes=kubernetes)
     run_id = str(run_id) if run_id else time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
     report_path = report_path or os.path.join(cwd or ".", "gpuops-upgrade-%s.json" % run_id)
     journal_name = "gpuops-upgrade-%s.journal.jsonl" % run_id
@@ -113,6 +127,10 @@ def upgrade_plan(
         "target": journal_target,
         "resume": (upgrade or {}).get("resume_journal"),
     }
+    # the preview of the Window the strategy opens from the same value: the same journal continued
+    window = upgrade_window(
+        hosts, slurm=slurm, canary=canary, now=now, upgrade=upgrade, kubernetes=kubernetes, journal=journal
+    )
     started_at = datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isoformat()
     try:
         report = upgrade_record.report_payload(run_id, started_at, window, dict(upgrade or {}), list(surveyed or []))

@@ -14,14 +14,15 @@ description:
     service, at most C(per_domain) per rack or NVLink domain, every Slurm partition above its floor, the canary first
     and alone, nothing new after the first failure, and a busy node only when its job ends (Slurm's EndTime) within
     C(max_job_wait); until then it keeps running, in service.
-  - "The window is the play's. The strategy builds it once, when the first host reaches its slot task, from the play
+  - "The window is the play's. The strategy opens it once, when the first host reaches its slot task, from the play
     variable C(gpuops_upgrade_window) (set in the play's C(vars), templated once for no host in particular) - C(nodes)
     the whole fleet, each a mapping C(name), C(domains) (such as C(rack=r01)), C(partitions), C(gpus), C(state)
     (V(idle), V(busy), V(drained_by_others), V(down), V(reserved)), C(job_end) (epoch seconds or null), C(canary),
     C(done); C(settings) the window's settings (C(max_unavailable), C(per_domain), C(partition_floor), C(spread_by),
     C(granularity), C(halt_on_failure), C(barrier), C(max_job_wait), C(drain_ahead), C(deadline);
     C(module_utils/upgrade/window_input.py)); and C(refresh), C(journal), C(drain_ahead) and C(report) as below (each
-    optional). A
+    optional). It opens it as the rolling upgrade's plan previewed it, by the same function
+    (C(module_utils/upgrade/window_open.py)). A
     window that cannot be built (the variable unset or wrong, a bad setting) admits no host; each passes its slot task
     not admitted, saying why."
   - The run finishes the fleet. A host waiting for its job stays in service and waits at its slot, the window reading

@@ -629,7 +629,7 @@ def time_planning(size, repeat=3):
         order(nodes, 0)
         timings["order"].append(time.perf_counter() - start)
         start = time.perf_counter()
-        window_preview.plan(nodes, window_settings(), 0)
+        window_preview.plan(Window(nodes, window_settings(), 0), 0)
         timings["plan"].append(time.perf_counter() - start)
         start = time.perf_counter()
         window = Window(nodes, window_settings(), 0)

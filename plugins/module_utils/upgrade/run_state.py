@@ -4,7 +4,8 @@
 
 The strategy ``gpuops.cluster.upgrade_window`` (plugins/strategy/upgrade_window.py) runs the host loop, queues the
 window's own tasks and reads their results; everything it decides with lives here, in one :class:`RunState`: the
-one :class:`window.Window` (built once from the play's window, :data:`window_slot.WINDOW_VAR`), who arrived at
+one :class:`window.Window` (opened once from the play's window, :data:`window_slot.WINDOW_VAR`, by
+:func:`window_open.window`), who arrived at
 and holds a slot, every host's slot record (:data:`window_slot.SLOT_FACT`), the reads of the fleet
 (:class:`fleet_refresh.RefreshSchedule`), the nodes drained ahead of their slot and their give-backs, and the
 journal (:mod:`run_journal`) every decision is appended to the moment it is taken, which a re-run continues from.
@@ -20,22 +21,10 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
     fleet_refresh,
     run_journal,
     upgrade_settings,
+    window_open,
     window_preview,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window
-
-
-def journal_says(node, left: set, ahead: set):
-    """``node`` marked as a previous run's journal left it: out of service (``resume``) when in ``left``, drained
-    ahead when in ``ahead``. A node whose scheduler said where it is (``resume`` set, true or false:
-    fleet_nodes.window_nodes) keeps the scheduler's word."""
-    if not isinstance(node, dict) or node.get("done") or "resume" in node:
-        return node
-    if node.get("name") in left:
-        return dict(node, resume=True)
-    if node.get("name") in ahead:
-        return dict(node, drained_ahead=True)
-    return node
 
 
 def journaled(slot: dict) -> dict:
@@ -70,20 +59,16 @@ class RunState:
     # The one window, built once from the play's window (window_slot.window_of).
 
     def open(self, args: dict, now):
-        """Build the window from the play's window ``args``: its journal (a previous run's nodes to resume), its
-        drains ahead, its reads of the fleet, and the journal's ``start``. A window that cannot be built is
-        broken (:meth:`fail`); returns whether it was built."""
+        """Open the window from the play's window ``args`` (``window_open.window``: the same Window the plan
+        previewed, a previous run's nodes to resume marked from its journal), its drains ahead, its reads of the
+        fleet, this run's journal and its ``start``. A window that cannot be opened is broken (:meth:`fail`);
+        returns whether it was opened."""
         try:
-            nodes, resume = self.open_journal(args.get("journal"), args.get("nodes") or [])
-            settings = args.get("settings") or {}
             self.set_ahead(args.get("drain_ahead"))
-            if self.ahead is None and isinstance(settings, dict) and settings.get("drain_ahead"):
-                settings = dict(settings, drain_ahead=0)  # nowhere to drain ahead: the window drains none
-            if resume.get("deadline") is not None and isinstance(settings, dict):
-                settings = dict(settings, deadline=resume["deadline"])  # the run it continues set it
-            self.window = Window(nodes, settings, now)
+            self.window, resume = window_open.window(args, now, self.ahead is not None)
             self.drained_ahead.update(self.window.drained_ahead)  # a crashed run's, from Slurm or its journal
             self.set_refresh(args.get("refresh"), now)
+            self.open_journal(args.get("journal"))
             if self.journal is not None:
                 self.write(
                     "start",
@@ -331,46 +316,18 @@ class RunState:
 
     # The journal: every decision on the controller's disk as it is taken; a re-run continues from it.
 
-    def open_journal(self, journal, nodes) -> tuple[list, dict]:
-        """The window's nodes, those a previous run left mid-upgrade marked to resume; opens this run's journal."""
-        resume = {"run_id": None, "target": None, "resumed_from": None}
-        if journal in (None, {}):
-            return nodes, resume
-        if not isinstance(journal, dict) or not journal.get("path"):
-            raise ValueError(
-                "journal must be {path: the journal file on the controller, run_id, target, resume: auto, none or "
-                "the path of a previous journal}, got %r" % (journal,)
-            )
+    def open_journal(self, journal):
+        """Open this run's journal (``window_open.check_journal``), appending to it when it exists."""
+        journal = window_open.check_journal(journal)
+        if journal is None:
+            return
         path = str(journal["path"])
-        target = str(journal.get("target") or "")
-        wanted = journal.get("resume") or upgrade_settings.DEFAULTS["resume_journal"]
-        resume.update(run_id=journal.get("run_id"), target=target)
-        previous = None
-        if wanted == "auto":
-            previous = run_journal.find_previous(path, target)
-        elif wanted != "none":
-            previous = str(wanted)
-        if previous is not None:
-            try:
-                replayed = run_journal.replay(run_journal.read(previous))
-            except (OSError, ValueError) as error:
-                raise ValueError(
-                    "the journal to resume from, %s, cannot be read (%s): name another one, or none, in "
-                    "gpuops_upgrade_resume_journal" % (previous, error)
-                ) from error
-            left = set(run_journal.to_resume(replayed))
-            ahead = set(replayed["drained_ahead"]) - left
-            nodes = [journal_says(node, left, ahead) for node in nodes]
-            resume["resumed_from"] = previous
-            # a run lost mid-way (its journal has no end) is continued with its deadline; one that ended is not
-            resume["deadline"] = replayed.get("deadline") if replayed.get("ended_at") is None else None
         try:
             self.journal = run_journal.JournalWriter(path)
         except OSError as error:
             raise ValueError(
                 "the journal %s cannot be written (%s): set gpuops_upgrade_journal_path" % (path, error)
             ) from error
-        return nodes, resume
 
     def write(self, event: str, **fields):
         if self.journal is None:

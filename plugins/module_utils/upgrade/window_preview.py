@@ -15,16 +15,18 @@ from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window impo
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window_input import deadline_reason
 
 
-def plan(nodes, settings=None, now=0) -> dict:
-    """A static preview of a window rollout, for a plan-only run.
+def plan(window: Window, now=0, continues=None) -> dict:
+    """A static preview of a window rollout, for a plan-only run and the plan printed before anything moves.
 
+    ``window`` is the run's Window as the strategy opens it (``window_open.window``), which this runs dry: the
+    preview leaves it admitted and finished, so the strategy opens its own. ``continues`` is what the run continues
+    (``window_open.continued``: the previous journal and the deadline it keeps), None when nothing.
     Returns ``{fleet_size, settings, order, canary, first_window, after_canary,
-    skipped, unavailable, reserved, waiting_for_jobs, blocked}``: ``first_window`` is
+    skipped, unavailable, reserved, waiting_for_jobs, blocked, continues, ...}``: ``first_window`` is
     what starts now, ``after_canary`` what would start once the canaries passed, if
     nothing else changed; ``waiting_for_jobs`` the busy nodes whose job does not end
-    within ``max_job_wait`` now (name -> why). Raises ValueError for bad nodes or settings.
+    within ``max_job_wait`` now (name -> why).
     """
-    window = Window(nodes, settings, now)
     preview = {
         "fleet_size": len(window.nodes),
         "settings": window.settings.as_dict(),
@@ -43,6 +45,7 @@ def plan(nodes, settings=None, now=0) -> dict:
         # the waiting nodes the run will defer (no known end, or past the deadline), name -> why
         "to_defer": to_defer(window, now),
         "jobs_end_by": jobs_end_by(window, now),
+        "continues": continuing(continues),
     }
     first = window.admit(now)
     preview["first_window"] = first
@@ -77,6 +80,15 @@ def describe(preview: dict) -> list[str]:
             len(preview["unavailable"]),
         )
     ]
+    continues = preview.get("continues")
+    if continues:
+        lines.append(
+            "continues the run its journal %s left%s"
+            % (
+                continues["journal"],
+                "" if continues["deadline"] is None else " (its deadline kept: %s)" % _when(continues["deadline"]),
+            )
+        )
     if preview.get("resumed"):
         lines.append(
             "resumed first, out of service already (left by an earlier run): %s" % ", ".join(preview["resumed"])
@@ -112,6 +124,13 @@ def describe(preview: dict) -> list[str]:
     for name, why in sorted(preview["blocked"].items()):
         lines.append("blocked: %s (%s)" % (name, why))
     return lines
+
+
+def continuing(continues) -> dict | None:
+    """What a run continues, as the preview says it: ``{journal, deadline}``, None when it continues nothing."""
+    if not continues or not continues.get("resumed_from"):
+        return None
+    return {"journal": continues["resumed_from"], "deadline": continues.get("deadline")}
 
 
 def to_defer(window: Window, now) -> dict:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
     fleet_nodes,
-    run_state,
     window_input,
+    window_open,
     window_preview,
 )
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window
@@ -66,13 +66,13 @@ def test_slurm_is_the_truth_about_a_node_a_previous_journal_left_out():
     hosts = [*HOSTS, {"host": "gpu03", "scheduler_name": "node03"}]
     nodes = {node["name"]: node for node in fleet_nodes.window_nodes(hosts, [*SLURM, ours])}
     left = {"gpu01", "gpu03"}
-    said = {name: run_state.journal_says(node, left, set()) for name, node in nodes.items()}
+    said = {name: window_open.journal_says(node, left, set()) for name, node in nodes.items()}
     assert said["gpu01"]["resume"] is False
     assert said["gpu03"]["resume"] is True
     assert "resume" not in said["gpu02"]  # done: not taken again
     plain = fleet_nodes.window_nodes([{"host": "gpu01"}])[0]
-    assert run_state.journal_says(plain, left, set())["resume"] is True
-    assert run_state.journal_says(plain, set(), {"gpu01"})["drained_ahead"] is True
+    assert window_open.journal_says(plain, left, set())["resume"] is True
+    assert window_open.journal_says(plain, set(), {"gpu01"})["drained_ahead"] is True
     window = Window(list(said.values()), {"max_unavailable": 1})
     assert window.resumed == ["gpu03"]
 
@@ -172,7 +172,7 @@ def test_the_maintenance_reservation_goes_first_and_other_reservations_are_left_
         "node02": "in a Slurm reservation training-q3 (mixed+reserved): left alone, not upgraded"
     }
     # out of users' service already: first, before the canary, without a slot of max_unavailable 1
-    preview = window_preview.plan(nodes, {"max_unavailable": 1}, now=0)
+    preview = window_preview.plan(Window(nodes, {"max_unavailable": 1}, 0), 0)
     assert preview["maintenance"] == ["gpu01"]
     assert preview["resumed"] == []
     assert preview["first_window"] == ["gpu01"]

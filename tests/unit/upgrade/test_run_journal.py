@@ -8,7 +8,13 @@ import os
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter import upgrade
-from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import fleet_nodes, run_journal, window_preview
+from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade import (
+    fleet_nodes,
+    run_journal,
+    upgrade_settings,
+    window_open,
+    window_preview,
+)
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.run_journal import entry, replay
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.run_state import RunState
 from ansible_collections.gpuops.cluster.plugins.module_utils.upgrade.window import Window
@@ -249,7 +255,7 @@ def test_nodes_to_resume_count_as_out_and_go_first_whatever_the_rules():
 
 def test_the_plan_says_which_nodes_it_resumes():
     fleet = [{"name": "a"}, {"name": "b", "resume": True}]
-    preview = window_preview.plan(fleet, {"max_unavailable": 1}, now=0)
+    preview = window_preview.plan(Window(fleet, {"max_unavailable": 1}, 0), 0)
     assert preview["resumed"] == ["b"]
     assert preview["first_window"] == ["b"]
     assert "resumed first, out of service already (left by an earlier run): b" in window_preview.describe(preview)
@@ -308,7 +314,8 @@ def test_the_window_continues_its_own_journal_at_a_fixed_path(tmp_path):
     path.write_text("".join(run_journal.encode(item) for item in crashed_run()) + '{"event": "rel')
     state = RunState()
     journal = {"path": str(path), "run_id": "r1", "target": TARGET, "resume": "auto"}
-    nodes, resume = state.open_journal(journal, [{"name": name} for name in "abcde"])
+    nodes, resume = window_open.continued(journal, [{"name": name} for name in "abcde"])
+    state.open_journal(journal)
     assert resume["resumed_from"] == str(path)
     assert [node["name"] for node in nodes if node.get("resume")] == ["b", "c"]
     state.journal.append(entry("start", 200, run_id="r1", target=TARGET, resumed_from=str(path), resumed=["b"]))
@@ -390,3 +397,41 @@ def test_the_run_state_journals_the_plans_report_and_each_nodes_record_and_slot(
     alone = upgrade.upgrade_run_report(other, "2026-12-05T11:05:00+00:00", text, str(path))
     assert [(node["host"], node["status"]) for node in alone["nodes"]] == [("a", "skipped"), ("b", "skipped")]
     assert alone["journal"] is None
+
+
+def test_the_plan_previews_the_window_the_strategy_opens_for_a_run_it_continues(tmp_path):
+    """A controller lost with b and c mid-upgrade (adapter none: no scheduler says so) and the run's deadline set:
+    the plan of the re-run, made before anything moves, shows the Window the strategy then opens from the plan's
+    value - b and c resumed first and out of service, the lost run's deadline kept, the same order and canary -
+    because both open it by window_open.window."""
+    path = tmp_path / "gpuops-upgrade-r1.journal.jsonl"
+    lost = [entry("start", 100, run_id="r1", target=TARGET, resumed_from=None, resumed=[], deadline=1_900_000_000)]
+    path.write_text("".join(run_journal.encode(item) for item in lost + crashed_run()[1:]))
+    hosts = [{"host": name, "done": name == "a", "domains": {}} for name in "abcde"]
+    run = upgrade_settings.settings({"gpuops_upgrade_max_unavailable": 2})
+    at = 1_796_280_000.0
+    plan = upgrade.upgrade_plan(hosts, run, run_id="r1", journal_path=str(path), journal_target=TARGET, now=at)
+    preview = plan["window"]
+    assert preview["resumed"] == ["b", "c"]
+    assert preview["first_window"] == ["b", "c"]
+    assert preview["deadline"] == 1_900_000_000
+    assert preview["continues"] == {"journal": str(path), "deadline": 1_900_000_000}
+    assert "continues the run its journal %s left (its deadline kept: 2030-03-17T17:46:40Z)" % path in preview["lines"]
+
+    state = RunState()
+    assert state.open(plan["run"], at)
+    window = state.window
+    assert window.resumed == preview["resumed"]
+    assert window.remaining == preview["order"]
+    assert list(window.canaries) == preview["canary"]
+    assert window.deadline == preview["deadline"]
+    assert window.admit(at) == preview["first_window"]
+    state.journal.close()
+    assert run_journal.read(str(path))[-1]["resumed_from"] == str(path)  # the strategy continued the same journal
+
+
+def test_a_journal_to_resume_that_cannot_be_read_stops_the_plan_before_anything_moves(tmp_path):
+    run = upgrade_settings.settings({"gpuops_upgrade_resume_journal": str(tmp_path / "missing.jsonl")})
+    hosts = [{"host": "a", "done": False, "domains": {}}]
+    with pytest.raises(AnsibleFilterError, match=r"upgrade_window: the journal to resume from, .*missing.jsonl, can"):
+        upgrade.upgrade_plan(hosts, run, journal_path=str(tmp_path / "j.jsonl"), now=0)

@@ -490,7 +490,7 @@ def test_plan_previews_the_order_and_the_first_windows():
     fleet[5]["state"] = "down"
     fleet[2]["state"] = "busy"
     fleet[2]["job_end"] = 500
-    preview = plan(fleet, {"max_unavailable": 3, "per_domain": {"rack": 1}}, now=0)
+    preview = plan(Window(fleet, {"max_unavailable": 3, "per_domain": {"rack": 1}}, 0), 0)
     assert preview["order"] == ["r1n2", "r2n2", "r3n1", "r2n1"]
     assert preview["canary"] == ["r1n2"]
     assert preview["first_window"] == ["r1n2"]
@@ -509,7 +509,7 @@ def test_plan_previews_the_order_and_the_first_windows():
 
 
 def test_plan_of_nothing_to_do():
-    preview = plan([node("a", done=True)], {})
+    preview = plan(Window([node("a", done=True)], {}, 0), 0)
     assert preview["order"] == []
     assert preview["first_window"] == []
     assert window_preview.describe(preview)[-1] == "order: nothing to upgrade"
@@ -908,14 +908,14 @@ def test_reserved_nodes_are_left_alone_and_not_counted_out_of_service():
     window.finish("a", True)
     assert window.admit(0) == ["c"]
     assert check([("a", 0, 1), ("c", 1, 2)], fleet, {"max_unavailable": 1}) == []
-    preview = plan(fleet, {"max_unavailable": 1})
+    preview = plan(Window(fleet, {"max_unavailable": 1}, 0), 0)
     assert preview["reserved"] == ["b"]
     assert "left alone: b (in a Slurm reservation that is not ours)" in window_preview.describe(preview)
 
 
 def test_plan_lists_the_nodes_waiting_for_their_jobs():
     fleet = [node("a"), node("b", rack="r2", state="busy", job_end=7200)]
-    preview = plan(fleet, {"max_unavailable": 2, "max_job_wait": 3600}, now=0)
+    preview = plan(Window(fleet, {"max_unavailable": 2, "max_job_wait": 3600}, 0), 0)
     assert preview["settings"]["max_job_wait"] == 3600
     assert list(preview["waiting_for_jobs"]) == ["b"]
     lines = window_preview.describe(preview)

@@ -146,7 +146,7 @@ def test_a_node_drained_ahead_by_a_crashed_run_starts_drained_ahead():
     window = Window(fleet, {"max_unavailable": 2, "partition_floor": 0.5}, now=0)
     assert window.drained_ahead == ["a"]
     assert window.resumed == []
-    preview = plan(fleet, {"max_unavailable": 2, "partition_floor": 0.5}, now=0)
+    preview = plan(Window(fleet, {"max_unavailable": 2, "partition_floor": 0.5}, 0), 0)
     assert preview["drained_ahead"] == ["a"]
     assert any("drained ahead by an earlier run" in line for line in window_preview.describe(preview))
     # the canary phase: a node drained ahead whose job ends is given back, not left drained and idle

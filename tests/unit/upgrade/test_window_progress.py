@@ -19,7 +19,7 @@ def fleet():
 
 
 def test_the_plan_names_who_waits_in_service_who_is_deferred_and_until_when():
-    preview = window_preview.plan(fleet(), {"max_unavailable": 1}, now=0)
+    preview = window_preview.plan(Window(fleet(), {"max_unavailable": 1}, 0), 0)
     assert preview["deadline"] == 2 * DAY
     assert list(preview["to_defer"]) == ["c"]
     assert preview["jobs_end_by"] == 2 * DAY
@@ -35,7 +35,7 @@ def test_the_plan_names_who_waits_in_service_who_is_deferred_and_until_when():
 
 
 def test_with_deadline_zero_the_plan_defers_every_busy_node_and_waits_for_none():
-    preview = window_preview.plan(fleet(), {"max_unavailable": 1, "deadline": 0}, now=0)
+    preview = window_preview.plan(Window(fleet(), {"max_unavailable": 1, "deadline": 0}, 0), 0)
     assert sorted(preview["to_defer"]) == ["b", "c"]
     assert preview["jobs_end_by"] is None
     assert not any("waits for jobs until" in line for line in window_preview.describe(preview))
