@@ -16,7 +16,7 @@ BENCH_FLEET_HOSTS ?= 1250
 .PHONY: help venv units integration integration-beside lint sanity test bench build docs lab lab-down molecule molecules clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
 
 $(VENV)/.stamp: requirements.txt
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 12), "ansible-core 2.21 needs Python >= 3.12: set PYTHON="'
