@@ -114,6 +114,9 @@ STACK = {
     NEW: {"driver": NEW, "cuda": "12.4", "nccl": "2.21.5"},
     BRANCH: {"driver": BRANCH, "cuda": "13.0", "nccl": "2.27.7"},
 }
+# s: a podman exec of the tests' own (a read, a file written, a signal) that has not answered by then is a stuck lab,
+# failed here instead of holding the scenario until the CI's bound
+PODMAN_TIMEOUT = 120
 DRIVER_PACKAGES = ["nvidia-driver", "libnvidia-ml1", "nvidia-smi", "libcuda1"]
 SURVEY_DECISION = "Decide whether the node is upgraded, skipped or left out"
 PLAY = "Upgrade in a sliding window"
@@ -137,7 +140,9 @@ FAULT_HOOK_TEXT = (
 
 
 def sh(node: str, *argv: str, check: bool = True) -> str:
-    done = subprocess.run(["podman", "exec", node, *argv], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["podman", "exec", node, *argv], capture_output=True, text=True, check=False, timeout=PODMAN_TIMEOUT
+    )
     if check and done.returncode != 0:
         raise AssertionError(f"{node}: {' '.join(argv)} exited {done.returncode}: {done.stderr}")
     return done.stdout
@@ -162,6 +167,7 @@ def slurm_nodes() -> dict[str, dict]:
         capture_output=True,
         text=True,
         check=False,
+        timeout=PODMAN_TIMEOUT,
     )
     if done.returncode == 0:
         nodes = {}
@@ -1049,7 +1055,8 @@ def release_hold() -> None:
 
 
 def asked() -> bool:
-    return subprocess.run(["podman", "exec", CONTROLLER, "test", "-e", HOLD_MARK], check=False).returncode == 0
+    done = subprocess.run(["podman", "exec", CONTROLLER, "test", "-e", HOLD_MARK], check=False, timeout=PODMAN_TIMEOUT)
+    return done.returncode == 0
 
 
 def killed_at_give_back(workdir: Path, name: str, extravars: dict) -> subprocess.CompletedProcess:
@@ -1190,6 +1197,7 @@ def write_file(host: str, path: str, text: str) -> None:
         text=True,
         capture_output=True,
         check=False,
+        timeout=PODMAN_TIMEOUT,
     )
     assert done.returncode == 0, f"{host}: writing {path}: {done.stderr}"
 
@@ -1257,7 +1265,11 @@ def fixture_mig_gres(workdir, lost):
 
     state["reconfigured"] = wait_for(f"{MIG_NODE} registered with Gres={MIG_GRES}", registered_again, timeout=60)
     state["slurmd_g"] = subprocess.run(
-        ["podman", "exec", MIG_NODE, "slurmd", "-G"], capture_output=True, text=True, check=False
+        ["podman", "exec", MIG_NODE, "slurmd", "-G"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=PODMAN_TIMEOUT,
     )
     second_start = time.monotonic()
     second = run_playbook(
