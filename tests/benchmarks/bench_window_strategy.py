@@ -34,6 +34,8 @@ the start of the pair and at its end):
     1,250   370.4 s    366.2 s   0.99          9.6 ->  9.0  the same, right after
     1,250   423.3 s    397.0 s   0.94          0.2 ->  8.8  stop 36 (issue 28's window: refresh, deadline, journal,
                                                             node records), a quiet machine, nothing else running
+    1,250   417.2 s    431.0 s   1.03          0.8 ->  8.7  the report from the journal (not_admitted and release
+                                                            records journaled), the window opened by window_open; quiet
 
 The profile at 300 hosts put the cost in the strategy's get_hosts_left: every
 host's next task looked up (a copy of its iterator state) and one set of the
