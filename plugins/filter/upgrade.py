@@ -121,6 +121,12 @@ def upgrade_plan(
     report_path = report_path or os.path.join(cwd or ".", "gpuops-upgrade-%s.json" % run_id)
     journal_name = "gpuops-upgrade-%s.journal.jsonl" % run_id
     journal_path = journal_path or os.path.join(os.path.dirname(report_path), journal_name)
+    for path, setting in ((journal_path, "gpuops_upgrade_journal_path"), (report_path, "gpuops_upgrade_report_path")):
+        why = run_journal.unwritable(path)
+        if why is not None:  # the window would admit no node, or the run would end without its report
+            raise AnsibleFilterError(
+                "%supgrade_plan: the run cannot write %s: set %s to a file it can write" % (PREFIX, why, setting)
+            )
     journal = {
         "path": journal_path,
         "run_id": run_id,

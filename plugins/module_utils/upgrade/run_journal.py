@@ -72,6 +72,22 @@ def encode(item: dict) -> str:
     return json.dumps(item, sort_keys=True, separators=(",", ":"), default=str) + "\n"
 
 
+def unwritable(path: str) -> str | None:
+    """Why the run could not write the file at ``path`` on the controller (its journal, its report), None when it can:
+    a symbolic link there (never written through), or a file or folder this user cannot write. Checked by the plan,
+    before anything moves; the writer checks again when it opens the file."""
+    if os.path.islink(path):
+        return "%s is a symbolic link, which the run never writes through" % path
+    if os.path.exists(path):
+        if not os.path.isfile(path) or not os.access(path, os.W_OK):
+            return "%s is not a file this user can write" % path
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+        return "its folder %s does not exist or this user cannot write in it" % folder
+    return None
+
+
 class JournalWriter:
     """Appends entries to the journal at ``path``, each written through to the disk before the next decision.
 

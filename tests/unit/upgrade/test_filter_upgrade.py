@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.cluster.plugins.filter import upgrade
@@ -160,16 +162,19 @@ def test_upgrade_window_run_is_the_plans_window_with_the_adapters_services():
         upgrade.upgrade_window_run({"settings": {}}, run, "ctl", names, "r1", journal)
 
 
-def test_upgrade_plan_makes_the_run_id_the_window_and_the_paths_at_one_time():
+def test_upgrade_plan_makes_the_run_id_the_window_and_the_paths_at_one_time(tmp_path):
     run = upgrade_settings.settings({"gpuops_upgrade_drain": "kubernetes"})
     names = {host["host"]: host["host"] for host in HOSTS}
     at = 1_796_280_000.0  # 2026-12-03T06:40:00Z
-    plan = upgrade.upgrade_plan(HOSTS, run, names=names, cwd="/srv/ops", journal_target="t", kubeconfig="/k", now=at)
+    ops, reports, journals = (tmp_path / "ops", tmp_path / "r", tmp_path / "j")
+    for folder in (ops, reports, journals):
+        folder.mkdir()
+    plan = upgrade.upgrade_plan(HOSTS, run, names=names, cwd=str(ops), journal_target="t", kubeconfig="/k", now=at)
     assert plan["run_id"] == "20261203T064000Z"
     assert plan["started_at"] == "2026-12-03T06:40:00+00:00"
     assert plan["window"] == upgrade.upgrade_window(HOSTS, upgrade=run, now=at)
-    assert plan["report_path"] == "/srv/ops/gpuops-upgrade-20261203T064000Z.json"
-    assert plan["journal_path"] == "/srv/ops/gpuops-upgrade-20261203T064000Z.journal.jsonl"
+    assert plan["report_path"] == "%s/gpuops-upgrade-20261203T064000Z.json" % ops
+    assert plan["journal_path"] == "%s/gpuops-upgrade-20261203T064000Z.journal.jsonl" % ops
     assert plan["run"]["journal"] == {
         "path": plan["journal_path"],
         "run_id": "20261203T064000Z",
@@ -177,9 +182,27 @@ def test_upgrade_plan_makes_the_run_id_the_window_and_the_paths_at_one_time():
         "resume": run["resume_journal"],
     }
     assert plan["run"]["refresh"]["options"]["kubeconfig"] == "/k"  # the adapter's reads during the run
-    given = upgrade.upgrade_plan(HOSTS, run, run_id="fixed", report_path="/r/report.json", now=at)
-    assert given["journal_path"] == "/r/gpuops-upgrade-fixed.journal.jsonl"  # beside the report
-    assert upgrade.upgrade_plan(HOSTS, run, journal_path="/j/run.jsonl", now=at)["journal_path"] == "/j/run.jsonl"
+    given = upgrade.upgrade_plan(HOSTS, run, run_id="fixed", report_path=str(reports / "report.json"), now=at)
+    assert given["journal_path"] == "%s/gpuops-upgrade-fixed.journal.jsonl" % reports  # beside the report
+    journal = str(journals / "run.jsonl")
+    assert upgrade.upgrade_plan(HOSTS, run, journal_path=journal, cwd=str(ops), now=at)["journal_path"] == journal
+    assert [os.listdir(folder) for folder in (ops, reports, journals)] == [[], [], []]  # the plan writes nothing
+
+
+def test_upgrade_plan_refuses_a_journal_or_report_the_run_could_not_write(tmp_path):
+    """Said by the plan, before any node moves: the window would open no journal (and admit no node), or the run
+    would end without its report."""
+    run = upgrade_settings.settings({})
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(tmp_path / "elsewhere.jsonl")
+    with pytest.raises(AnsibleFilterError, match=r"link.jsonl is a symbolic link.*set gpuops_upgrade_journal_path"):
+        upgrade.upgrade_plan(HOSTS, run, journal_path=str(link), cwd=str(tmp_path), now=0)
+    missing = tmp_path / "no-such-folder" / "report.json"
+    with pytest.raises(AnsibleFilterError, match=r"its folder .*no-such-folder does not exist.*gpuops_upgrade_report_"):
+        upgrade.upgrade_plan(HOSTS, run, report_path=str(missing), journal_path=str(tmp_path / "j.jsonl"), now=0)
+    (tmp_path / "a-folder").mkdir()
+    with pytest.raises(AnsibleFilterError, match=r"a-folder is not a file this user can write"):
+        upgrade.upgrade_plan(HOSTS, run, journal_path=str(tmp_path / "a-folder"), cwd=str(tmp_path), now=0)
 
 
 def test_upgrade_stack_fact_takes_epoch_seconds_as_utc():
