@@ -49,7 +49,7 @@ def test_one_window_upgraded_every_node_of_every_os(audit):
 def test_the_window_held_debian_ubuntu_and_rocky_and_each_reached_its_target(audit):
     for node in NODES:
         release = subprocess.run(
-            ["podman", "exec", node, "cat", "/etc/os-release"], capture_output=True, text=True, check=True
+            ["podman", "exec", node, "cat", "/etc/os-release"], capture_output=True, text=True, check=True, timeout=120
         )
         fields = dict(line.split("=", 1) for line in release.stdout.splitlines() if "=" in line)
         assert fields["ID"].strip('"') == PRESENTS[node], release.stdout

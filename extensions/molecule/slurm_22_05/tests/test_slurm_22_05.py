@@ -42,7 +42,10 @@ def fixture_rollout(tmp_path_factory):
     version = ru.sh(ru.CONTROLLER, "sinfo", "--version").strip()
     # no scontrol --json on 22.05: the helpers (and the product) read sinfo --json
     scontrol_json = subprocess.run(
-        ["podman", "exec", ru.CONTROLLER, "scontrol", "show", "nodes", "--json"], capture_output=True, check=False
+        ["podman", "exec", ru.CONTROLLER, "scontrol", "show", "nodes", "--json"],
+        capture_output=True,
+        check=False,
+        timeout=ru.PODMAN_TIMEOUT,
     )
     assert all(ru.installed(node)["nvidia-driver"].startswith(ru.OLD) for node in ru.NODES)
     ru.sh(ru.CANARY, "rm", "-f", ru.RELEASE)
